@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <inttypes.h>
+
+#include "bus-manager.h"
+#include "bus-objects.h"
+#include "bus-util.h"
+#include "fs-btrfs.h"
+#include "util.h"
+
+static int reply_subvolume(sd_bus_message *message, const Subvolume *sv) {
+        char buf[BUS_OBJECT_PATH_MAX];
+
+        return sd_bus_reply_method_return(message, "o", bus_subvolume_path(sv, buf));
+}
+
+static int method_get_subvolume_by_fd(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        uint64_t id, folded;
+        int fd, r;
+
+        r = sd_bus_message_read(message, "h", &fd);
+        if (r < 0)
+                return r;
+
+        r = btrfs_identify_fd(fd, &id, &folded);
+        if (r == -EMEDIUMTYPE)
+                return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_BTRFS,
+                                        "The file descriptor does not refer to a file on a btrfs filesystem.");
+        if (r == -ENOENT)
+                return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
+                                        "The file descriptor refers to an empty placeholder directory, which "
+                                        "a snapshot leaves where its source had a nested subvolume; it belongs "
+                                        "to no subvolume.");
+        if (r < 0)
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                         "Cannot inspect the file descriptor: %s", strerror(-r));
+
+        /* The fd may come from another mount namespace, so match it by what
+         * statfs() reports rather than by mount. */
+        for (size_t i = 0; i < m->model->n_filesystems; i++) {
+                const Filesystem *fs = m->model->filesystems[i];
+                const Subvolume *sv;
+
+                if (btrfs_fold_fsid(fs->uuid, id) != folded)
+                        continue;
+                sv = filesystem_find_subvolume(fs, id);
+                if (!sv)
+                        return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
+                                                 "Subvolume %" PRIu64 " is not in subvold's model yet; "
+                                                 "call Refresh() or try again later.", id);
+                return reply_subvolume(message, sv);
+        }
+        return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
+                                "The file is on a btrfs filesystem that is not mounted in subvold's "
+                                "mount namespace.");
+}
+
+static int method_get_subvolume_by_path(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        Subvolume *sv = NULL;
+        const char *path;
+        int r;
+
+        r = sd_bus_message_read(message, "s", &path);
+        if (r < 0)
+                return r;
+
+        switch (model_resolve_path(m->model, path, &sv)) {
+        case RESOLVE_OK:
+                return reply_subvolume(message, sv);
+        case RESOLVE_INVALID:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                         "Path \"%s\" is not absolute; pass an absolute path.", path);
+        case RESOLVE_NOT_BTRFS:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_BTRFS,
+                                         "Path \"%s\" is not on a btrfs filesystem.", path);
+        case RESOLVE_NOT_FOUND:
+        default:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
+                                         "Path \"%s\" is on btrfs, but no subvolume in subvold's model "
+                                         "holds it; call Refresh() or try again later.", path);
+        }
+}
+
+/* Root only, checked from the credentials the bus vouches for: the bus
+ * policy says the same, but a policy can be edited or bypassed. */
+static int check_caller_is_root(sd_bus_message *message, sd_bus_error *error) {
+        _cleanup_(sd_bus_creds_unrefp_) sd_bus_creds *creds = NULL;
+        uid_t uid;
+        int r;
+
+        r = sd_bus_query_sender_creds(message, SD_BUS_CREDS_EUID, &creds);
+        if (r < 0)
+                return r;
+        r = sd_bus_creds_get_euid(creds, &uid);
+        if (r < 0 || uid != 0)
+                return sd_bus_error_set(error, SUBVOLD_ERROR_ACCESS_DENIED,
+                                        "Only root may ask subvold to refresh.");
+        return 0;
+}
+
+static int method_refresh(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        int r;
+
+        r = check_caller_is_root(message, error);
+        if (r < 0)
+                return r;
+        r = manager_refresh(m);
+        if (r < 0)
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_FAILED,
+                                         "Failed to enumerate mounts and subvolumes: %s", strerror(-r));
+        return sd_bus_reply_method_return(message, NULL);
+}
+
+static int property_version(sd_bus *bus, const char *path, const char *interface, const char *property,
+                            sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "s", PROJECT_VERSION);
+}
+
+static const sd_bus_vtable manager_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_PROPERTY("Version", "s", property_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_METHOD_WITH_ARGS("GetSubvolumeByFd", SD_BUS_ARGS("h", fd), SD_BUS_RESULT("o", subvolume),
+                                method_get_subvolume_by_fd, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetSubvolumeByPath", SD_BUS_ARGS("s", path), SD_BUS_RESULT("o", subvolume),
+                                method_get_subvolume_by_path, SD_BUS_VTABLE_UNPRIVILEGED),
+        /* UNPRIVILEGED: we check ourselves, to answer with our own error. */
+        SD_BUS_METHOD("Refresh", NULL, NULL, method_refresh, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_VTABLE_END,
+};
+
+int bus_manager_register(sd_bus *bus, Manager *m) {
+        return sd_bus_add_object_vtable(bus, NULL, SUBVOLD_MANAGER_PATH, SUBVOLD_IFACE_MANAGER, manager_vtable, m);
+}

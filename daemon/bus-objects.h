@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The Filesystem and Subvolume objects on the bus.  They are served straight
+ * from the current model through fallback vtables: nothing is registered
+ * per object, and replacing the model replaces what the bus shows. */
+
+#include <systemd/sd-bus.h>
+
+#include "model.h"
+
+#define BUS_OBJECT_PATH_MAX 96
+
+char *bus_filesystem_path(const Filesystem *fs, char buf[static BUS_OBJECT_PATH_MAX]);
+char *bus_subvolume_path(const Subvolume *sv, char buf[static BUS_OBJECT_PATH_MAX]);
+
+/* Registers the object tree below /org/subvold/Subvold1/fs.  @model points
+ * to the manager's current model, which may be swapped at any time between
+ * two bus calls. */
+int bus_objects_register(sd_bus *bus, Model **model);
+
+/* Emits InterfacesAdded, InterfacesRemoved and PropertiesChanged for what
+ * differs between @old and @new.  @new must already be the current model. */
+void bus_objects_emit_changes(sd_bus *bus, const Model *old, const Model *new);

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The btrfs backend: everything subvold asks the kernel about a btrfs
+ * filesystem, through libbtrfsutil and btrfs ioctls.  libbtrfsutil's error
+ * codes are turned into negative errno here and nowhere else. */
+
+#include <stdint.h>
+
+#include "model.h"
+#include "mounts.h"
+
+/* Opens the root directory of @m by its mount point, and checks that it is
+ * really that mount (-ESTALE if the mount table changed meanwhile).  The
+ * caller must close the fd before returning to the event loop: an open fd
+ * would make umount fail with EBUSY. */
+int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd);
+
+/* The filesystem UUID (fsid) of the btrfs that @fd is on. */
+int btrfs_read_fsid(int fd, uint8_t ret[16]);
+
+/* Fills @fs from the filesystem @fd is on: label, devices, size, free,
+ * generation and every subvolume (CAP_SYS_ADMIN needed). */
+int btrfs_read_filesystem(int fd, Filesystem *fs);
+
+/* For any fd a client hands over: whether it is on btrfs (-EMEDIUMTYPE if
+ * not), the subvolume holding it (-ENOENT for the empty placeholder
+ * directories a snapshot leaves for nested subvolumes), and the fsid folded
+ * the way statfs() reports it (see btrfs_fold_fsid()). */
+int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_fsid);
+
+/* What statfs().f_fsid says for subvolume @id of filesystem @uuid: btrfs
+ * folds the 128-bit fsid to 64 bits and mixes in the subvolume id. */
+uint64_t btrfs_fold_fsid(const uint8_t uuid[16], uint64_t subvolume_id);

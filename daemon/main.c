@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <getopt.h>
+#include <malloc.h>
+
+#include "manager.h"
+#include "util.h"
+
+static MountSource arg_mount_source = MOUNT_SOURCE_AUTO;
+
+static void help(void) {
+        printf("Usage: %s [OPTIONS]\n\n"
+               "Publishes the subvolumes of every mounted btrfs filesystem on the D-Bus\n"
+               "system bus as org.subvold.Subvold1.\n\n"
+               "  -h --help        Show this help\n"
+               "     --version     Show the version\n"
+               "     --mountinfo   Read mounts from /proc/self/mountinfo instead of listmount()\n"
+               "  -v --verbose     Log debug messages too\n\n"
+               "The bus address is taken from $DBUS_SYSTEM_BUS_ADDRESS when it is set.\n",
+               program_invocation_short_name);
+}
+
+/* Returns 1 to go on, 0 to exit successfully, negative on bad usage. */
+static int parse_argv(int argc, char *argv[]) {
+        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO };
+        static const struct option options[] = {
+                { "help",      no_argument, NULL, 'h'           },
+                { "version",   no_argument, NULL, ARG_VERSION   },
+                { "mountinfo", no_argument, NULL, ARG_MOUNTINFO },
+                { "verbose",   no_argument, NULL, 'v'           },
+                {}
+        };
+        int c;
+
+        while ((c = getopt_long(argc, argv, "hv", options, NULL)) >= 0)
+                switch (c) {
+                case 'h':
+                        help();
+                        return 0;
+                case ARG_VERSION:
+                        printf("subvold %s\n", PROJECT_VERSION);
+                        return 0;
+                case ARG_MOUNTINFO:
+                        arg_mount_source = MOUNT_SOURCE_MOUNTINFO;
+                        break;
+                case 'v':
+                        log_max_level = LOG_LEVEL_DEBUG;
+                        break;
+                default:
+                        return -EINVAL;
+                }
+        if (optind < argc) {
+                log_error("%s takes no arguments.", program_invocation_short_name);
+                return -EINVAL;
+        }
+        return 1;
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        int r;
+
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return r < 0 ? 2 : 0;
+
+        /* A GetManagedObjects reply is megabytes at 10,000 subvolumes.  A
+         * fixed mmap threshold (glibc otherwise raises it after the first
+         * big free) hands such buffers back to the kernel when freed, so
+         * one large reply does not stay in our RSS. */
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+
+        r = manager_new(arg_mount_source, &m);
+        if (r < 0) {
+                log_error_errno(r, "Failed to allocate the manager: %m");
+                return 1;
+        }
+        r = manager_start(m);
+        if (r < 0)
+                return 1;
+        r = manager_run(m);
+        if (r < 0) {
+                log_error_errno(r, "Event loop failed: %m");
+                return 1;
+        }
+        return 0;
+}

@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "model.h"
+#include "util.h"
+
+Model *model_new(void) {
+        return calloc(1, sizeof(Model));
+}
+
+Model *model_free(Model *m) {
+        if (!m)
+                return NULL;
+        for (size_t i = 0; i < m->n_filesystems; i++)
+                filesystem_free(m->filesystems[i]);
+        free(m->filesystems);
+        free(m->mount_filesystem);
+        mount_table_done(&m->mounts);
+        free(m);
+        return NULL;
+}
+
+Filesystem *filesystem_new(const uint8_t uuid[16]) {
+        Filesystem *fs = calloc(1, sizeof(Filesystem));
+
+        if (fs)
+                memcpy(fs->uuid, uuid, 16);
+        return fs;
+}
+
+Filesystem *filesystem_free(Filesystem *fs) {
+        if (!fs)
+                return NULL;
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                free(fs->subvolumes[i].path);
+                strv_free(fs->subvolumes[i].access_paths);
+        }
+        free(fs->subvolumes);
+        free(fs->by_path);
+        free(fs->label);
+        strv_free(fs->devices);
+        strv_free(fs->mount_points);
+        free(fs);
+        return NULL;
+}
+
+Subvolume *filesystem_add_subvolume(Filesystem *fs, Subvolume *sv) {
+        Subvolume *n;
+
+        if (grow_array(&fs->subvolumes, &fs->allocated, fs->n_subvolumes + 1, sizeof(Subvolume)) < 0) {
+                free(TAKE_PTR(sv->path));
+                return NULL;
+        }
+        n = &fs->subvolumes[fs->n_subvolumes++];
+        *n = *sv;
+        n->filesystem = fs;
+        n->snapshot_source = NULL;
+        n->access_paths = NULL;
+        sv->path = NULL;
+        return n;
+}
+
+static int cmp_filesystem(const void *a, const void *b) {
+        return memcmp((*(Filesystem * const *) a)->uuid, (*(Filesystem * const *) b)->uuid, 16);
+}
+
+int model_add_filesystem(Model *m, Filesystem *fs) {
+        if (model_find_filesystem(m, fs->uuid)) {
+                filesystem_free(fs);
+                return -EEXIST;
+        }
+        if (grow_array(&m->filesystems, &m->allocated, m->n_filesystems + 1, sizeof(Filesystem *)) < 0) {
+                filesystem_free(fs);
+                return -ENOMEM;
+        }
+        m->filesystems[m->n_filesystems++] = fs;
+        qsort(m->filesystems, m->n_filesystems, sizeof(Filesystem *), cmp_filesystem);
+        return 0;
+}
+
+int model_set_mounts(Model *m, MountTable *mounts) {
+        Filesystem **owners = calloc(mounts->n_mounts ?: 1, sizeof(Filesystem *));
+
+        if (!owners)
+                return -ENOMEM;
+        mount_table_done(&m->mounts);
+        free(m->mount_filesystem);
+        m->mounts = *mounts;
+        *mounts = (MountTable) {};
+        m->mount_filesystem = owners;
+        return 0;
+}
+
+void model_attach_mount(Model *m, size_t index, Filesystem *fs) {
+        m->mount_filesystem[index] = fs;
+}
+
+Filesystem *model_find_filesystem(const Model *m, const uint8_t uuid[16]) {
+        for (size_t i = 0; i < m->n_filesystems; i++)
+                if (memcmp(m->filesystems[i]->uuid, uuid, 16) == 0)
+                        return m->filesystems[i];
+        return NULL;
+}
+
+static int cmp_subvolume_id(const void *a, const void *b) {
+        uint64_t x = ((const Subvolume *) a)->id, y = ((const Subvolume *) b)->id;
+        return x < y ? -1 : x > y;
+}
+
+Subvolume *filesystem_find_subvolume(const Filesystem *fs, uint64_t id) {
+        Subvolume key = { .id = id };
+
+        if (fs->n_subvolumes == 0)
+                return NULL;
+        return bsearch(&key, fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), cmp_subvolume_id);
+}
+
+static int cmp_subvolume_path(const void *a, const void *b) {
+        return strcmp((*(Subvolume * const *) a)->path, (*(Subvolume * const *) b)->path);
+}
+
+static Subvolume *filesystem_find_exact_path(const Filesystem *fs, const char *path) {
+        Subvolume key = { .path = (char *) path }, *k = &key, **found;
+
+        if (fs->n_subvolumes == 0)
+                return NULL;
+        found = bsearch(&k, fs->by_path, fs->n_subvolumes, sizeof(Subvolume *), cmp_subvolume_path);
+        return found ? *found : NULL;
+}
+
+Subvolume *filesystem_find_subvolume_by_path(const Filesystem *fs, const char *fs_path) {
+        _cleanup_free_ char *p = strdup(fs_path);
+
+        if (!p)
+                return NULL;
+        /* Try the path itself, then each directory above it. */
+        for (;;) {
+                Subvolume *sv = filesystem_find_exact_path(fs, p);
+                char *slash;
+
+                if (sv)
+                        return sv;
+                if (streq(p, "/"))
+                        return NULL;
+                slash = strrchr(p, '/');
+                if (slash == p)
+                        slash[1] = 0;
+                else
+                        *slash = 0;
+        }
+}
+
+static int cmp_subvolume_uuid(const void *a, const void *b) {
+        return memcmp((*(Subvolume * const *) a)->uuid, (*(Subvolume * const *) b)->uuid, 16);
+}
+
+/* Links each snapshot to its source, when that still exists. */
+static int filesystem_link_snapshots(Filesystem *fs) {
+        _cleanup_free_ Subvolume **by_uuid = calloc(fs->n_subvolumes ?: 1, sizeof(Subvolume *));
+
+        if (!by_uuid)
+                return -ENOMEM;
+        for (size_t i = 0; i < fs->n_subvolumes; i++)
+                by_uuid[i] = &fs->subvolumes[i];
+        qsort(by_uuid, fs->n_subvolumes, sizeof(Subvolume *), cmp_subvolume_uuid);
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                Subvolume *sv = &fs->subvolumes[i], key, *k = &key, **found;
+
+                if (uuid_is_null(sv->parent_uuid))
+                        continue;
+                memcpy(key.uuid, sv->parent_uuid, 16);
+                found = bsearch(&k, by_uuid, fs->n_subvolumes, sizeof(Subvolume *), cmp_subvolume_uuid);
+                sv->snapshot_source = found && *found != sv ? *found : NULL;
+        }
+        return 0;
+}
+
+static int filesystem_index(Filesystem *fs) {
+        if (fs->n_subvolumes == 0)
+                return 0;
+        qsort(fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), cmp_subvolume_id);
+        free(fs->by_path);
+        fs->by_path = calloc(fs->n_subvolumes ?: 1, sizeof(Subvolume *));
+        if (!fs->by_path)
+                return -ENOMEM;
+        for (size_t i = 0; i < fs->n_subvolumes; i++)
+                fs->by_path[i] = &fs->subvolumes[i];
+        qsort(fs->by_path, fs->n_subvolumes, sizeof(Subvolume *), cmp_subvolume_path);
+        return filesystem_link_snapshots(fs);
+}
+
+/* Adds, for every subvolume inside the directory that mount @mi shows, the
+ * path under the mount point, if nothing mounted later hides it. */
+static int model_add_access_paths(Model *m, size_t mi) {
+        const Mount *mount = &m->mounts.mounts[mi];
+        Filesystem *fs = m->mount_filesystem[mi];
+
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                Subvolume *sv = &fs->subvolumes[i];
+                const char *rest = path_startswith(sv->path, mount->root);
+                _cleanup_free_ char *p = NULL;
+                size_t n = strv_length(sv->access_paths);
+
+                if (!rest)
+                        continue;
+                p = *rest ? path_join(mount->point, rest) : strdup(mount->point);
+                if (!p)
+                        return -ENOMEM;
+                if (mount_table_resolve(&m->mounts, p, NULL) != mount)
+                        continue;
+                if (strv_consume(&sv->access_paths, &n, TAKE_PTR(p)) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+int model_finish(Model *m) {
+        int r;
+
+        for (size_t i = 0; i < m->n_filesystems; i++) {
+                r = filesystem_index(m->filesystems[i]);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < m->mounts.n_mounts; i++) {
+                Filesystem *fs = m->mount_filesystem[i];
+                size_t n;
+
+                if (!fs || !mount_table_is_reachable(&m->mounts, &m->mounts.mounts[i]))
+                        continue;
+                n = strv_length(fs->mount_points);
+                if (strv_extend(&fs->mount_points, &n, m->mounts.mounts[i].point) < 0)
+                        return -ENOMEM;
+                r = model_add_access_paths(m, i);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < m->n_filesystems; i++) {
+                Filesystem *fs = m->filesystems[i];
+
+                strv_sort(fs->mount_points);
+                strv_uniq(fs->mount_points);
+                for (size_t j = 0; j < fs->n_subvolumes; j++) {
+                        strv_sort(fs->subvolumes[j].access_paths);
+                        strv_uniq(fs->subvolumes[j].access_paths);
+                }
+        }
+        return 0;
+}
+
+char *path_normalize(const char *path) {
+        _cleanup_free_ char *out = NULL;
+        size_t n = 0;
+
+        if (!path || path[0] != '/') {
+                errno = EINVAL;
+                return NULL;
+        }
+        out = malloc(strlen(path) + 2);
+        if (!out)
+                return NULL;
+        for (const char *p = path; *p;) {
+                size_t len;
+
+                while (*p == '/')
+                        p++;
+                len = strcspn(p, "/");
+                if (len == 0 || (len == 1 && p[0] == '.')) {
+                        /* nothing */
+                } else if (len == 2 && p[0] == '.' && p[1] == '.') {
+                        /* drop the last component; ".." at "/" stays at "/" */
+                        while (n > 0 && out[--n] != '/')
+                                ;
+                } else {
+                        out[n++] = '/';
+                        memcpy(out + n, p, len);
+                        n += len;
+                }
+                p += len;
+        }
+        if (n == 0)
+                out[n++] = '/';
+        out[n] = 0;
+        return TAKE_PTR(out);
+}
+
+const char *path_last_component(const char *path) {
+        const char *slash = strrchr(path, '/');
+
+        return !slash || slash[1] == 0 ? path : slash + 1;
+}
+
+ResolveResult model_resolve_path(const Model *m, const char *path, Subvolume **ret) {
+        _cleanup_free_ char *norm = NULL, *fs_path = NULL;
+        const char *rest;
+        const Mount *mount;
+        Filesystem *fs;
+        Subvolume *sv;
+
+        if (!path || path[0] != '/')
+                return RESOLVE_INVALID;
+        norm = path_normalize(path);
+        if (!norm)
+                return RESOLVE_INVALID;
+        mount = mount_table_resolve(&m->mounts, norm, &rest);
+        if (!mount)
+                return RESOLVE_NOT_FOUND;
+        if (!mount->is_btrfs)
+                return RESOLVE_NOT_BTRFS;
+        fs = m->mount_filesystem[mount - m->mounts.mounts];
+        if (!fs)
+                return RESOLVE_NOT_FOUND;
+        fs_path = *rest ? path_join(mount->root, rest) : strdup(mount->root);
+        if (!fs_path)
+                return RESOLVE_NOT_FOUND;
+        sv = filesystem_find_subvolume_by_path(fs, fs_path);
+        if (!sv)
+                return RESOLVE_NOT_FOUND;
+        *ret = sv;
+        return RESOLVE_OK;
+}
+
+/* Length of the valid UTF-8 sequence at s, or 0 if it is not one. */
+static size_t utf8_sequence_length(const unsigned char *s) {
+        size_t len;
+        uint32_t c;
+
+        if (s[0] < 0x80)
+                return 1;
+        if (s[0] >= 0xc2 && s[0] <= 0xdf)
+                len = 2, c = s[0] & 0x1f;
+        else if (s[0] >= 0xe0 && s[0] <= 0xef)
+                len = 3, c = s[0] & 0x0f;
+        else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+                len = 4, c = s[0] & 0x07;
+        else
+                return 0;
+        for (size_t i = 1; i < len; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                c = c << 6 | (s[i] & 0x3f);
+        }
+        /* Reject overlong forms, surrogates and values past U+10FFFF. */
+        if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) || c > 0x10ffff ||
+            (c >= 0xd800 && c <= 0xdfff))
+                return 0;
+        return len;
+}
+
+char *display_escape(const char *s) {
+        const unsigned char *p = (const unsigned char *) s;
+        char *out = malloc(strlen(s) * 4 + 1), *o = out;
+
+        if (!out)
+                return NULL;
+        while (*p) {
+                size_t len = utf8_sequence_length(p);
+
+                if (len == 0 || (len == 1 && (*p < 0x20 || *p == 0x7f))) {
+                        o += sprintf(o, "\\x%02x", *p);
+                        p++;
+                } else {
+                        memcpy(o, p, len);
+                        o += len;
+                        p += len;
+                }
+        }
+        *o = 0;
+        return out;
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The published model: btrfs filesystems keyed by UUID, their subvolumes
+ * keyed by id, and the mount table used to turn paths into subvolumes.
+ * Pure data; the kernel side (discover.c) fills it, the bus side reads it. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mounts.h"
+
+typedef struct Filesystem Filesystem;
+
+typedef struct Subvolume {
+        Filesystem *filesystem;
+        uint64_t id;
+        uint64_t parent_id;            /* 0 for the top level */
+        char *path;                    /* from the top level, "/" for the top level */
+        uint8_t uuid[16];
+        uint8_t parent_uuid[16];       /* set: this is a snapshot */
+        uint8_t received_uuid[16];
+        uint64_t generation;
+        uint64_t change_generation;    /* ctransid */
+        uint64_t creation_usec;        /* otime */
+        bool read_only;
+        const struct Subvolume *snapshot_source;  /* same filesystem, or NULL */
+        char **access_paths;           /* sorted, NULL-terminated, may be empty */
+} Subvolume;
+
+struct Filesystem {
+        uint8_t uuid[16];
+        char *label;
+        char **devices;                /* NULL-terminated */
+        char **mount_points;           /* sorted, NULL-terminated */
+        uint64_t size, free;
+        uint64_t generation;
+        Subvolume *subvolumes;         /* sorted by id */
+        size_t n_subvolumes, allocated;
+        Subvolume **by_path;           /* the same, sorted by path */
+};
+
+typedef struct Model {
+        MountTable mounts;
+        Filesystem **mount_filesystem; /* per mount: its filesystem, or NULL */
+        Filesystem **filesystems;      /* sorted by UUID */
+        size_t n_filesystems, allocated;
+} Model;
+
+Model *model_new(void);
+Model *model_free(Model *m);
+static inline void model_freep(Model **m) {
+        model_free(*m);
+}
+
+Filesystem *filesystem_new(const uint8_t uuid[16]);
+Filesystem *filesystem_free(Filesystem *fs);
+static inline void filesystem_freep(Filesystem **fs) {
+        filesystem_free(*fs);
+}
+
+/* Adds a subvolume, copying *sv and taking ownership of sv->path.  Returns
+ * the new element (valid until the next add) or NULL on ENOMEM. */
+Subvolume *filesystem_add_subvolume(Filesystem *fs, Subvolume *sv);
+
+/* Takes ownership of @fs.  Returns 0, -EEXIST or -ENOMEM (fs freed). */
+int model_add_filesystem(Model *m, Filesystem *fs);
+
+/* Takes ownership of the mount table (*mounts is emptied). */
+int model_set_mounts(Model *m, MountTable *mounts);
+/* Records that mount number @index belongs to @fs (already added). */
+void model_attach_mount(Model *m, size_t index, Filesystem *fs);
+
+/* Derives what depends on several parts: sort orders, snapshot sources,
+ * mount points and access paths.  Call once, when everything is added. */
+int model_finish(Model *m);
+
+Filesystem *model_find_filesystem(const Model *m, const uint8_t uuid[16]);
+Subvolume *filesystem_find_subvolume(const Filesystem *fs, uint64_t id);
+/* The deepest subvolume whose path is @fs_path or above it. */
+Subvolume *filesystem_find_subvolume_by_path(const Filesystem *fs, const char *fs_path);
+
+typedef enum ResolveResult {
+        RESOLVE_OK,
+        RESOLVE_INVALID,     /* not absolute, or empty */
+        RESOLVE_NOT_BTRFS,   /* the path lies on a mount that is not btrfs */
+        RESOLVE_NOT_FOUND,   /* btrfs, but not in the model */
+} ResolveResult;
+
+/* Resolves @path against the mount table and the subvolume paths only,
+ * without touching the filesystem.  "." and ".." are resolved lexically. */
+ResolveResult model_resolve_path(const Model *m, const char *path, Subvolume **ret);
+
+/* Normalizes an absolute path lexically: collapses "//", ".", "..".
+ * Returns a new string, or NULL with errno EINVAL (not absolute) or ENOMEM. */
+char *path_normalize(const char *path);
+
+/* Returns the name of the path's last component ("/" for "/"). */
+const char *path_last_component(const char *path);
+
+/* Returns a copy of @s that is valid UTF-8: invalid bytes and ASCII
+ * control characters are written as \xNN. */
+char *display_escape(const char *s);

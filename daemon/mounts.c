@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/sysmacros.h>
+
+#include "kernel-compat.h"
+#include "mounts.h"
+#include "util.h"
+
+#ifndef BTRFS_SUPER_MAGIC
+#define BTRFS_SUPER_MAGIC 0x9123683e
+#endif
+
+void mount_done(Mount *m) {
+        free(m->fstype);
+        free(m->source);
+        free(m->root);
+        free(m->point);
+        *m = (Mount) {};
+}
+
+void mount_table_done(MountTable *t) {
+        for (size_t i = 0; i < t->n_mounts; i++)
+                mount_done(&t->mounts[i]);
+        free(t->mounts);
+        *t = (MountTable) {};
+}
+
+static int mount_table_add(MountTable *t, Mount *m) {
+        if (grow_array(&t->mounts, &t->allocated, t->n_mounts + 1, sizeof(Mount)) < 0) {
+                mount_done(m);
+                return -ENOMEM;
+        }
+        t->mounts[t->n_mounts++] = *m;
+        *m = (Mount) {};
+        return 0;
+}
+
+/* The root is the mount on "/" whose parent is not in the table (or is
+ * itself); of several, the last one (stacked mounts on "/" are children). */
+static int mount_table_find_root(MountTable *t) {
+        for (size_t i = 0; i < t->n_mounts; i++) {
+                const Mount *m = &t->mounts[i];
+                bool parent_known = false;
+
+                if (!streq(m->point, "/"))
+                        continue;
+                for (size_t j = 0; j < t->n_mounts && !parent_known; j++)
+                        parent_known = j != i && t->mounts[j].id == m->parent_id;
+                if (!parent_known) {
+                        t->root_index = i;
+                        return 0;
+                }
+        }
+        return -ENOENT;
+}
+
+/* ---- listmount()/statmount() ---- */
+
+static int statmount_one(uint64_t id, struct statmount_compat **buf, size_t *size) {
+        struct mnt_id_req_compat req = {
+                .size = MNT_ID_REQ_SIZE_VER0,
+                .mnt_id = id,
+                .param = STATMOUNT_SB_BASIC_COMPAT | STATMOUNT_MNT_BASIC_COMPAT | STATMOUNT_MNT_ROOT_COMPAT |
+                         STATMOUNT_MNT_POINT_COMPAT | STATMOUNT_FS_TYPE_COMPAT | STATMOUNT_SB_SOURCE_COMPAT,
+        };
+
+        for (;;) {
+                if (sys_statmount(&req, *buf, *size, 0) >= 0)
+                        return 0;
+                if (errno != EOVERFLOW)
+                        return -errno;
+                /* Strings did not fit: grow and ask again. */
+                free(*buf);
+                *size *= 2;
+                *buf = malloc(*size);
+                if (!*buf)
+                        return -ENOMEM;
+        }
+}
+
+static char *statmount_string(const struct statmount_compat *sm, uint64_t bit, uint32_t offset) {
+        /* An empty string's bit is cleared: treat that as "". */
+        return strdup(sm->mask & bit ? sm->str + offset : "");
+}
+
+static int mount_table_read_listmount(MountTable *ret) {
+        _cleanup_free_ uint64_t *ids = NULL;
+        _cleanup_free_ struct statmount_compat *sm = NULL;
+        MountTable t = { .source = MOUNT_SOURCE_LISTMOUNT };
+        size_t n_ids = 0, allocated = 0, sm_size = 4096;
+        int r;
+
+        /* Page through all mount ids; param is an exclusive cursor. */
+        for (uint64_t last = 0;;) {
+                struct mnt_id_req_compat req = { .size = MNT_ID_REQ_SIZE_VER0, .mnt_id = LSMT_ROOT_COMPAT, .param = last };
+                int k;
+
+                r = grow_array(&ids, &allocated, n_ids + 256, sizeof(uint64_t));
+                if (r < 0)
+                        return r;
+                k = sys_listmount(&req, ids + n_ids, 256, 0);
+                if (k < 0)
+                        return -errno;
+                n_ids += k;
+                if (k < 256)
+                        break;
+                last = ids[n_ids - 1];
+        }
+
+        sm = malloc(sm_size);
+        if (!sm)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_ids; i++) {
+                Mount m = {};
+
+                r = statmount_one(ids[i], &sm, &sm_size);
+                if (r == -ENOENT)
+                        continue;  /* unmounted since listmount() */
+                if (r < 0)
+                        goto fail;
+                m.id = sm->mnt_id;
+                m.parent_id = sm->mnt_parent_id;
+                m.dev_major = sm->sb_dev_major;
+                m.dev_minor = sm->sb_dev_minor;
+                m.is_btrfs = sm->sb_magic == BTRFS_SUPER_MAGIC;
+                m.fstype = statmount_string(sm, STATMOUNT_FS_TYPE_COMPAT, sm->fs_type);
+                m.source = statmount_string(sm, STATMOUNT_SB_SOURCE_COMPAT, sm->sb_source);
+                m.root = statmount_string(sm, STATMOUNT_MNT_ROOT_COMPAT, sm->mnt_root);
+                m.point = statmount_string(sm, STATMOUNT_MNT_POINT_COMPAT, sm->mnt_point);
+                if (!m.fstype || !m.source || !m.root || !m.point) {
+                        mount_done(&m);
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                r = mount_table_add(&t, &m);
+                if (r < 0)
+                        goto fail;
+        }
+        r = mount_table_find_root(&t);
+        if (r < 0)
+                goto fail;
+        *ret = t;
+        return 0;
+fail:
+        mount_table_done(&t);
+        return r;
+}
+
+/* ---- /proc/self/mountinfo ---- */
+
+void mountinfo_unescape(char *s) {
+        char *out = s;
+
+        for (; *s; s++) {
+                if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+                    s[3] >= '0' && s[3] <= '7') {
+                        *out++ = (char) ((s[1] - '0') << 6 | (s[2] - '0') << 3 | (s[3] - '0'));
+                        s += 3;
+                } else
+                        *out++ = *s;
+        }
+        *out = 0;
+}
+
+/* Returns the next space-separated field, NUL-terminating it in place. */
+static char *next_field(char **p) {
+        char *s = *p, *start;
+
+        while (*s == ' ')
+                s++;
+        if (!*s)
+                return NULL;
+        start = s;
+        while (*s && *s != ' ')
+                s++;
+        if (*s)
+                *s++ = 0;
+        *p = s;
+        return start;
+}
+
+int mountinfo_parse_line(const char *line, Mount *ret) {
+        _cleanup_free_ char *copy = strdup(line);
+        char *p = copy, *f[6], *fstype, *source, *sep, *end;
+        unsigned long long id, parent;
+        unsigned major, minor;
+        Mount m = {};
+
+        if (!copy)
+                return -ENOMEM;
+        copy[strcspn(copy, "\n")] = 0;
+        /* id parent major:minor root point options [optional...] - fstype source superopts */
+        for (size_t i = 0; i < ELEMENTSOF(f); i++)
+                if (!(f[i] = next_field(&p)))
+                        return -EINVAL;
+        do
+                sep = next_field(&p);
+        while (sep && !streq(sep, "-"));
+        fstype = next_field(&p);
+        source = next_field(&p);
+        if (!sep || !fstype || !source)
+                return -EINVAL;
+
+        errno = 0;
+        id = strtoull(f[0], &end, 10);
+        if (errno || *end)
+                return -EINVAL;
+        parent = strtoull(f[1], &end, 10);
+        if (errno || *end)
+                return -EINVAL;
+        if (sscanf(f[2], "%u:%u", &major, &minor) != 2)
+                return -EINVAL;
+
+        for (size_t i = 3; i <= 4; i++)
+                mountinfo_unescape(f[i]);
+        mountinfo_unescape(fstype);
+        mountinfo_unescape(source);
+        m = (Mount) {
+                .id = id,
+                .parent_id = parent,
+                .dev_major = major,
+                .dev_minor = minor,
+                .is_btrfs = streq(fstype, "btrfs"),
+                .fstype = strdup(fstype),
+                .source = strdup(source),
+                .root = strdup(f[3]),
+                .point = strdup(f[4]),
+        };
+        if (!m.fstype || !m.source || !m.root || !m.point) {
+                mount_done(&m);
+                return -ENOMEM;
+        }
+        *ret = m;
+        return 0;
+}
+
+int mount_table_parse_mountinfo(FILE *f, MountTable *ret) {
+        _cleanup_free_ char *line = NULL;
+        MountTable t = { .source = MOUNT_SOURCE_MOUNTINFO };
+        size_t size = 0;
+        int r;
+
+        while (getline(&line, &size, f) > 0) {
+                Mount m;
+
+                r = mountinfo_parse_line(line, &m);
+                if (r == -EINVAL) {
+                        log_warning("Ignoring malformed mountinfo line: %s", line);
+                        continue;
+                }
+                if (r < 0)
+                        goto fail;
+                r = mount_table_add(&t, &m);
+                if (r < 0)
+                        goto fail;
+        }
+        r = mount_table_find_root(&t);
+        if (r < 0)
+                goto fail;
+        *ret = t;
+        return 0;
+fail:
+        mount_table_done(&t);
+        return r;
+}
+
+static int mount_table_read_mountinfo(MountTable *ret) {
+        _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+
+        if (!f)
+                return -errno;
+        return mount_table_parse_mountinfo(f, ret);
+}
+
+int mount_table_read(MountSource source, MountTable *ret) {
+        int r;
+
+        if (source == MOUNT_SOURCE_MOUNTINFO)
+                return mount_table_read_mountinfo(ret);
+        r = mount_table_read_listmount(ret);
+        if (source == MOUNT_SOURCE_AUTO && (r == -ENOSYS || r == -EPERM)) {
+                log_debug_errno(r, "listmount() unavailable (%m), reading /proc/self/mountinfo.");
+                return mount_table_read_mountinfo(ret);
+        }
+        return r;
+}
+
+/* ---- path resolution ---- */
+
+const char *path_startswith(const char *path, const char *prefix) {
+        size_t n;
+
+        if (streq(prefix, "/"))
+                return streq(path, "/") ? "" : path;
+        n = strlen(prefix);
+        if (strncmp(path, prefix, n) != 0)
+                return NULL;
+        if (path[n] != 0 && path[n] != '/')
+                return NULL;
+        return path + n;
+}
+
+const Mount *mount_table_resolve(const MountTable *t, const char *path, const char **ret_rest) {
+        const Mount *cur;
+
+        if (t->n_mounts == 0)
+                return NULL;
+        cur = &t->mounts[t->root_index];
+        /* Walk down the mount tree: at each step, the child mount with the
+         * longest mount point above @path.  Mounts stacked on one mount
+         * point are each other's children, so the walk ends on the top one. */
+        for (;;) {
+                const Mount *best = NULL;
+                size_t best_len = 0;
+
+                for (size_t i = 0; i < t->n_mounts; i++) {
+                        const Mount *c = &t->mounts[i];
+                        size_t len;
+
+                        if (c == cur || c->parent_id != cur->id || !path_startswith(path, c->point))
+                                continue;
+                        len = strlen(c->point);
+                        if (!best || len >= best_len) {
+                                best = c;
+                                best_len = len;
+                        }
+                }
+                if (!best)
+                        break;
+                cur = best;
+        }
+        if (ret_rest)
+                *ret_rest = path_startswith(path, cur->point);
+        return cur;
+}
+
+bool mount_table_is_reachable(const MountTable *t, const Mount *m) {
+        return mount_table_resolve(t, m->point, NULL) == m;
+}

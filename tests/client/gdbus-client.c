@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A GLib client that reads subvold the way a desktop application would:
+ * GDBusObjectManagerClient for the object tree, bytestrings for paths, and
+ * GetSubvolumeByFd with an fd passed in a GUnixFDList.  The test suite runs
+ * it and compares what it prints with btrfs-progs.
+ *
+ *   gdbus-client objects           one line per subvolume:
+ *                                  PATH ID IS_SNAPSHOT READ_ONLY SOURCE PATHHEX
+ *   gdbus-client by-fd KIND [FILE] GetSubvolumeByFd; prints "ok OBJECT" or
+ *                                  "error NAME"; KIND: file, opath, pipe, socket
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <gio/gio.h>
+#include <gio/gunixfdlist.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define BUS_NAME "org.subvold.Subvold1"
+#define MANAGER_PATH "/org/subvold/Subvold1"
+#define SUBVOLUME_IFACE "org.subvold.Subvold1.Subvolume"
+
+static void print_hex(const char *s) {
+        for (; *s; s++)
+                printf("%02x", (unsigned char) *s);
+        putchar('\n');
+}
+
+static int list_objects(void) {
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GDBusObjectManager) manager = g_dbus_object_manager_client_new_for_bus_sync(
+                G_BUS_TYPE_SYSTEM, G_DBUS_OBJECT_MANAGER_CLIENT_FLAGS_DO_NOT_AUTO_START, BUS_NAME,
+                MANAGER_PATH, NULL, NULL, NULL, NULL, &error);
+        GList *objects;
+
+        if (!manager) {
+                fprintf(stderr, "object manager: %s\n", error->message);
+                return 1;
+        }
+        objects = g_dbus_object_manager_get_objects(manager);
+        for (GList *l = objects; l; l = l->next) {
+                g_autoptr(GDBusInterface) iface = g_dbus_object_get_interface(l->data, SUBVOLUME_IFACE);
+                GDBusProxy *proxy = G_DBUS_PROXY(iface);
+                g_autoptr(GVariant) id = NULL, snap = NULL, ro = NULL, source = NULL, path = NULL;
+
+                if (!iface)
+                        continue;
+                id = g_dbus_proxy_get_cached_property(proxy, "Id");
+                snap = g_dbus_proxy_get_cached_property(proxy, "IsSnapshot");
+                ro = g_dbus_proxy_get_cached_property(proxy, "ReadOnly");
+                source = g_dbus_proxy_get_cached_property(proxy, "SnapshotSource");
+                path = g_dbus_proxy_get_cached_property(proxy, "Path");
+                if (!id || !snap || !ro || !source || !path) {
+                        fprintf(stderr, "%s: property missing\n", g_dbus_object_get_object_path(l->data));
+                        return 1;
+                }
+                printf("%s %" G_GUINT64_FORMAT " %d %d %s ", g_dbus_object_get_object_path(l->data),
+                       g_variant_get_uint64(id), g_variant_get_boolean(snap), g_variant_get_boolean(ro),
+                       g_variant_get_string(source, NULL));
+                print_hex(g_variant_get_bytestring(path));
+        }
+        g_list_free_full(objects, g_object_unref);
+        return 0;
+}
+
+static int open_kind(const char *kind, const char *file) {
+        int fds[2];
+
+        if (g_str_equal(kind, "file") && file)
+                return open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        if (g_str_equal(kind, "opath") && file)
+                return open(file, O_PATH | O_CLOEXEC);
+        if (g_str_equal(kind, "pipe") && pipe2(fds, O_CLOEXEC) == 0) {
+                close(fds[1]);
+                return fds[0];
+        }
+        if (g_str_equal(kind, "socket"))
+                return socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        errno = EINVAL;
+        return -1;
+}
+
+static int by_fd(const char *kind, const char *file) {
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
+        g_autoptr(GUnixFDList) fds = g_unix_fd_list_new();
+        g_autoptr(GVariant) reply = NULL;
+        const char *object;
+        int fd, index;
+
+        if (!bus) {
+                fprintf(stderr, "bus: %s\n", error->message);
+                return 1;
+        }
+        fd = open_kind(kind, file);
+        if (fd < 0) {
+                fprintf(stderr, "open %s %s: %s\n", kind, file ? file : "", strerror(errno));
+                return 1;
+        }
+        index = g_unix_fd_list_append(fds, fd, &error);
+        close(fd);
+        if (index < 0) {
+                fprintf(stderr, "fd list: %s\n", error->message);
+                return 1;
+        }
+        reply = g_dbus_connection_call_with_unix_fd_list_sync(
+                bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager", "GetSubvolumeByFd",
+                g_variant_new("(h)", index), G_VARIANT_TYPE("(o)"), G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds,
+                NULL, NULL, &error);
+        if (!reply) {
+                g_autofree char *name = g_dbus_error_get_remote_error(error);
+                printf("error %s\n", name ? name : "(local)");
+                fprintf(stderr, "%s\n", error->message);
+                return 0;
+        }
+        g_variant_get(reply, "(&o)", &object);
+        printf("ok %s\n", object);
+        return 0;
+}
+
+int main(int argc, char *argv[]) {
+        if (argc >= 2 && g_str_equal(argv[1], "objects"))
+                return list_objects();
+        if (argc >= 3 && g_str_equal(argv[1], "by-fd"))
+                return by_fd(argv[2], argc >= 4 ? argv[3] : NULL);
+        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE]\n", argv[0]);
+        return 2;
+}

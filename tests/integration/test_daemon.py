@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The daemon as a process and as a packaged service: command line, signals,
+no fds held on mounts, the served introspection against the XML contract,
+D-Bus activation, and the systemd unit."""
+
+import os
+import re
+import signal
+import subprocess
+import xml.etree.ElementTree as ET
+
+from harness import (BUS_NAME, GDBUS_CLIENT, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Btrfs, Bus, Daemon, TestCase,
+                     btrfs_rootid, main, run, subvolume_create)
+
+BUILD_DIR = os.environ.get("SUBVOLD_BUILD_DIR", "")
+EMITS = "org.freedesktop.DBus.Property.EmitsChangedSignal"
+
+
+def interfaces(xml_text, prefix="org.subvold."):
+    """Interface name -> (methods, properties) from introspection XML, with
+    EmitsChangedSignal's default ("true") made explicit."""
+    result = {}
+    for iface in ET.fromstring(xml_text).iter("interface"):
+        name = iface.get("name")
+        if not name.startswith(prefix):
+            continue
+        methods = {m.get("name"): [(a.get("name"), a.get("type"), a.get("direction", "in")) for a in m.iter("arg")]
+                   for m in iface.iter("method")}
+        props = {}
+        for p in iface.iter("property"):
+            emits = [a.get("value") for a in p.iter("annotation") if a.get("name") == EMITS]
+            props[p.get("name")] = (p.get("type"), p.get("access"), emits[0] if emits else "true")
+        result[name] = (methods, props)
+    return result
+
+
+class DaemonTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.fs = Btrfs(self, "fs")
+        self.mnt = self.fs.mount(self.path("mnt"))
+        subvolume_create(f"{self.mnt}/vol")
+
+    def test_command_line(self):
+        out = run(SUBVOLD, "--help").decode()
+        for option in ("--help", "--version", "--mountinfo"):
+            self.assertIn(option, out)
+        self.assertRegex(run(SUBVOLD, "--version").decode(), r"^subvold \d+\.\d+")
+        p = subprocess.run([SUBVOLD, "--no-such-option"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.returncode, 2)
+        p = subprocess.run([SUBVOLD, "extra-argument"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.returncode, 2)
+
+    def test_no_bus_is_a_clear_failure(self):
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS="unix:path=" + self.path("no-such-socket"))
+        p = subprocess.run([SUBVOLD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"system bus", p.stderr)
+
+    def test_sigint_exits_cleanly(self):
+        bus = Bus(self)
+        daemon = Daemon(self, bus)
+        daemon.stop(signal.SIGINT)
+
+    def test_holds_no_fd_on_mounts(self):
+        """umount must not fail with EBUSY because of subvold."""
+        bus = Bus(self)
+        daemon = Daemon(self, bus)
+        bus.managed_objects()
+        self.assertFalse([fd for fd in daemon.open_fds() if fd.startswith(self.mnt)], daemon.open_fds())
+        self.fs.umount(self.mnt)  # raises if busy
+        self.assertTrue(daemon.alive())
+        daemon.stop()
+
+    def test_introspection_matches_xml(self):
+        bus = Bus(self)
+        daemon = Daemon(self, bus)
+        with open(os.path.join(SOURCE_DIR, "dbus", "org.subvold.Subvold1.xml")) as f:
+            contract = interfaces(f.read())
+        vol = f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/vol')}"
+        served = {}
+        for path in (MANAGER_PATH, self.fs.object_path, vol):
+            _, out, _ = bus.busctl("introspect", "--xml-interface", BUS_NAME, path)
+            served.update(interfaces(out.decode()))
+        self.assertEqual(served, contract)
+        # The ObjectManager is where clients expect it.
+        _, out, _ = bus.busctl("introspect", "--xml-interface", BUS_NAME, MANAGER_PATH)
+        self.assertIn("org.freedesktop.DBus.ObjectManager", out.decode())
+        daemon.stop()
+
+    def test_gdbus_client_reads_objects(self):
+        """A GLib application's view: GDBusObjectManagerClient and bytestrings."""
+        bus = Bus(self)
+        daemon = Daemon(self, bus)
+        run(b"btrfs", b"subvolume", b"snapshot", b"-r", os.fsencode(self.mnt + "/vol"),
+            os.fsencode(self.mnt) + b"/snap \xff")
+        run("busctl", "--system", "call", BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager",
+            "Refresh", env=bus.env)
+        out = run(GDBUS_CLIENT, "objects", env=bus.env).decode().splitlines()
+        rows = {}
+        for line in out:
+            path, sid, snap, ro, source, path_hex = line.split(" ")
+            if path.startswith(self.fs.object_path + "/"):
+                rows[bytes.fromhex(path_hex)] = (int(sid), snap == "1", ro == "1", source)
+        vol_id = btrfs_rootid(self.mnt + "/vol")
+        snap_id = btrfs_rootid(os.fsencode(self.mnt) + b"/snap \xff")
+        self.assertEqual(rows, {
+            b"/": (5, False, False, "/"),
+            b"/vol": (vol_id, False, False, "/"),
+            b"/snap \xff": (snap_id, True, True, f"{self.fs.object_path}/{vol_id}"),
+        })
+        daemon.stop()
+
+    def test_dbus_activation(self):
+        """The shipped activation file starts subvold on the first call (here
+        dbus-daemon execs it directly; under systemd it would ask for
+        subvold.service)."""
+        services = self.path("services")
+        os.mkdir(services)
+        with open(os.path.join(BUILD_DIR, "dbus", "org.subvold.Subvold1.service")) as f:
+            text = f.read()
+        self.assertIn("SystemdService=subvold.service", text)
+        with open(os.path.join(services, "org.subvold.Subvold1.service"), "w") as f:
+            f.write(re.sub(r"^Exec=.*$", f"Exec={SUBVOLD}", text, flags=re.M))
+        bus = Bus(self, servicedir=services)
+        self.assertEqual(bus.get(MANAGER_PATH, "org.subvold.Subvold1.Manager", "Version"),
+                         run(SUBVOLD, "--version").decode().split()[1])
+        pid = int(run("busctl", "--system", "--json=short", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                      "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s", BUS_NAME,
+                      env=bus.env).decode().split("[")[1].split("]")[0])
+        os.kill(pid, signal.SIGTERM)
+
+    def test_unit_verifies(self):
+        """systemd-analyze verify on the installed unit (ExecStart pointed at
+        the build, since nothing is installed here)."""
+        with open(os.path.join(BUILD_DIR, "units", "subvold.service")) as f:
+            text = f.read()
+        self.assertRegex(text, r"(?m)^Type=dbus$")
+        self.assertRegex(text, r"(?m)^BusName=org\.subvold\.Subvold1$")
+        unit = self.path("subvold.service")
+        with open(unit, "w") as f:
+            f.write(re.sub(r"^ExecStart=.*$", f"ExecStart={SUBVOLD}", text, flags=re.M))
+        p = subprocess.run(["systemd-analyze", "verify", "--man=no", unit], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+        out = p.stdout.decode()
+        self.assertEqual(p.returncode, 0, out)
+        self.assertNotIn("subvold.service:", out, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Bad input gets a named error, and the daemon keeps serving everyone.
+Clients are busctl (paths, Refresh) and the GDBus client (fds)."""
+
+import os
+import subprocess
+
+from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, Btrfs, Bus, BusError, Daemon, TestCase,
+                     btrfs_rootid, main, run, snapshot, subvolume_create)
+
+ERR = "org.subvold.Subvold1.Error."
+NOBODY = 65534
+
+
+class ErrorsTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.fs = Btrfs(self, "fs")
+        mnt = self.mnt = self.fs.mount(self.path("mnt"))
+        subvolume_create(f"{mnt}/vol")
+        subvolume_create(f"{mnt}/vol/nested")
+        os.mkdir(f"{mnt}/vol/dir")
+        subvolume_create(f"{mnt}/vol/dir/deep")
+        with open(f"{mnt}/vol/file", "w") as f:
+            f.write("x")
+        os.mkfifo(f"{mnt}/vol/fifo")
+        snapshot(f"{mnt}/vol", f"{mnt}/snap", readonly=True)
+        self.tmpfs = self.path("tmpfs")
+        os.mkdir(self.tmpfs)
+        run("mount", "-t", "tmpfs", "tmpfs", self.tmpfs)
+        self.stack.callback(run, "umount", self.tmpfs, check=False)
+        with open(f"{self.tmpfs}/file", "w") as f:
+            f.write("x")
+
+    def start(self, shipped_policy=True):
+        self.bus = Bus(self, shipped_policy=shipped_policy)
+        self.daemon = Daemon(self, self.bus)
+
+    def object_for(self, path):
+        # btrfs-progs cannot open FIFOs or files on read-only snapshots: ask
+        # about their directory, which is in the same subvolume.
+        if not os.path.isdir(path):
+            path = os.path.dirname(path)
+        return f"{self.fs.object_path}/{btrfs_rootid(path)}"
+
+    def by_path(self, path, user=None):
+        try:
+            return self.bus.call(MANAGER_PATH, MANAGER_IFACE, "GetSubvolumeByPath", "s", path, user=user)[0]
+        except BusError as e:
+            return str(e)
+
+    def by_fd(self, kind, file=None, user=None, prefix=()):
+        p = subprocess.run([*prefix, GDBUS_CLIENT, "by-fd", kind, *([file] if file else [])], env=self.bus.env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=user)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+        return p.stdout.decode().strip()
+
+    def assert_still_serving(self):
+        self.assertTrue(self.daemon.alive(), self.daemon.log())
+        self.assertEqual(self.by_path(f"{self.mnt}/vol"), self.object_for(f"{self.mnt}/vol"))
+
+    def test_get_subvolume_by_fd(self):
+        self.start()
+        mnt = self.mnt
+        for kind, file in [("file", f"{mnt}/vol/file"), ("opath", f"{mnt}/vol/file"), ("file", f"{mnt}/vol"),
+                           ("file", f"{mnt}/vol/nested"), ("file", f"{mnt}/vol/dir/deep"),
+                           ("file", f"{mnt}/vol/fifo"), ("opath", f"{mnt}/snap/file"), ("file", mnt)]:
+            with self.subTest(kind=kind, file=file):
+                self.assertEqual(self.by_fd(kind, file), "ok " + self.object_for(file))
+                self.assertEqual(self.by_fd(kind, file, user=NOBODY), "ok " + self.object_for(file))
+        bad = [(("pipe",), "NotBtrfs"), (("socket",), "NotBtrfs"), (("file", f"{self.tmpfs}/file"), "NotBtrfs"),
+               (("file", "/proc/self/status"), "NotBtrfs"), (("opath", "/proc/self/status"), "NotBtrfs"),
+               # a snapshot leaves an empty placeholder where its source had a nested subvolume
+               (("file", f"{mnt}/snap/nested"), "NotFound")]
+        for args, error in bad:
+            with self.subTest(args=args):
+                self.assertEqual(self.by_fd(*args), "error " + ERR + error)
+                self.assert_still_serving()
+
+    def test_fd_from_another_mount_namespace(self):
+        """A file the daemon cannot reach by path: mounted only in the
+        client's private mount namespace."""
+        self.start()
+        private = self.path("private")
+        os.mkdir(private)
+        script = (f"mount {self.fs.device} {private} && "
+                  f"exec {GDBUS_CLIENT} by-fd file {private}/vol/dir/deep")
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                             env=self.bus.env, stdout=subprocess.PIPE, check=True).stdout.decode().strip()
+        self.assertEqual(out, "ok " + self.object_for(f"{self.mnt}/vol/dir/deep"))
+        self.assertFalse(os.path.ismount(private))
+
+    def test_unknown_filesystem_by_fd(self):
+        """A btrfs that is not mounted in the daemon's namespace at all."""
+        self.start()
+        other = Btrfs(self, "other")
+        private = self.path("other")
+        os.mkdir(private)
+        script = f"mount {other.device} {private} && exec {GDBUS_CLIENT} by-fd file {private}"
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                             env=self.bus.env, stdout=subprocess.PIPE, check=True).stdout.decode().strip()
+        self.assertEqual(out, "error " + ERR + "NotFound")
+        self.assert_still_serving()
+
+    def test_get_subvolume_by_path(self):
+        self.start()
+        mnt = self.mnt
+        good = {f"{mnt}/vol": f"{mnt}/vol", f"{mnt}/vol/": f"{mnt}/vol",
+                f"{mnt}/vol/nested/../dir/./deep": f"{mnt}/vol/dir/deep",
+                f"{mnt}/vol/file": f"{mnt}/vol", mnt: mnt, f"{mnt}/snap/nested": f"{mnt}/snap",
+                # not looked at on disk: a missing file resolves to the subvolume that would hold it
+                f"{mnt}/vol/nested/does-not-exist": f"{mnt}/vol/nested"}
+        for path, holder in good.items():
+            with self.subTest(path=path):
+                self.assertEqual(self.by_path(path), self.object_for(holder))
+                self.assertEqual(self.by_path(path, user=NOBODY), self.object_for(holder))
+        bad = {"": "InvalidArgument", "relative/path": "InvalidArgument", "./x": "InvalidArgument",
+               f"{self.tmpfs}/file": "NotBtrfs", f"{self.tmpfs}/does-not-exist": "NotBtrfs",
+               "/proc/self/status": "NotBtrfs"}
+        for path, error in bad.items():
+            with self.subTest(path=path):
+                rc, out, err = self.bus.busctl("call", "org.subvold.Subvold1", MANAGER_PATH, MANAGER_IFACE,
+                                               "GetSubvolumeByPath", "s", path, check=False)
+                self.assertNotEqual(rc, 0)
+                self.assertIn(error, self.error_name(path))
+                self.assert_still_serving()
+
+    def error_name(self, path):
+        """The error name, read with a client that reports it (gdbus)."""
+        p = subprocess.run(["gdbus", "call", "--system", "--dest", "org.subvold.Subvold1", "--object-path",
+                            MANAGER_PATH, "--method", MANAGER_IFACE + ".GetSubvolumeByPath", path],
+                           env=self.bus.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertNotEqual(p.returncode, 0)
+        return p.stderr.decode(errors="replace")
+
+    def test_over_mount_hides_subvolume(self):
+        """A tmpfs over a directory hides the subvolume below it: both
+        AccessPaths and GetSubvolumeByPath follow the mount tree."""
+        cover = f"{self.mnt}/vol/dir"
+        run("mount", "-t", "tmpfs", "tmpfs", cover)
+        self.stack.callback(run, "umount", cover, check=False)
+        self.start()
+        deep_object = f"{self.fs.object_path}/{self.deep_id()}"
+        self.assertEqual(self.bus.get(deep_object, "org.subvold.Subvold1.Subvolume", "AccessPaths"), [])
+        self.assertIn("NotBtrfs", self.error_name(f"{cover}/deep"))
+
+    def deep_id(self):
+        out = run("btrfs", "subvolume", "list", self.mnt).decode()
+        return next(int(line.split()[1]) for line in out.splitlines() if line.endswith("path vol/dir/deep"))
+
+    def test_refresh_privileges(self):
+        """Refresh: root only, by bus policy and again in the daemon."""
+        self.start(shipped_policy=True)
+        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+        with self.assertRaisesRegex(BusError, "Access denied|AccessDenied"):
+            self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh", user=NOBODY)
+        # Unprivileged reads are allowed by the shipped policy.
+        objects = self.bus.call(MANAGER_PATH, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects",
+                                user=NOBODY)[0]
+        self.assertTrue(self.fs.object_path in objects, "unprivileged GetManagedObjects misses our filesystem")
+        self.assert_still_serving()
+
+    def test_refresh_checks_credentials_itself(self):
+        """With a bus that allows everything, the daemon still refuses."""
+        self.start(shipped_policy=False)
+        p = subprocess.run(["gdbus", "call", "--system", "--dest", "org.subvold.Subvold1", "--object-path",
+                            MANAGER_PATH, "--method", MANAGER_IFACE + ".Refresh"], env=self.bus.env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=NOBODY)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(ERR + "AccessDenied", p.stderr.decode())
+        self.assert_still_serving()
+
+    def test_refresh_sees_changes(self):
+        self.start()
+        subvolume_create(f"{self.mnt}/later")
+        new_object = self.object_for(f"{self.mnt}/later")
+        self.assertFalse(new_object in self.bus.managed_objects(), "published before Refresh")
+        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+        self.assertTrue(new_object in self.bus.managed_objects(), "not published after Refresh")
+        run("btrfs", "subvolume", "delete", "-c", f"{self.mnt}/later")
+        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+        self.assertFalse(new_object in self.bus.managed_objects(), "still published after deletion")
+
+    def tearDown(self):
+        # Every test ends with a clean SIGTERM exit (and no sanitizer report).
+        if hasattr(self, "daemon") and not self.daemon.stopped:
+            self.daemon.stop()
+        super().tearDown()
+
+
+if __name__ == "__main__":
+    main()

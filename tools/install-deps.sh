@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs, from Debian 12's archive, everything subvold's build, demo and
+# test suite use.  Run as root; installs only what is missing.
+set -euo pipefail
+
+PACKAGES=(
+	# build
+	meson ninja-build pkg-config gcc libc6-dev libsystemd-dev libbtrfsutil-dev libglib2.0-dev
+	# run and inspect: busctl, systemd-analyze, a bus, btrfs tools
+	systemd dbus-daemon dbus-bin btrfs-progs util-linux mount
+	# tests: gdbus, python3 (meson needs it anyway)
+	libglib2.0-bin python3
+	# benchmark
+	hyperfine
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "Installing: ${missing[*]}" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
