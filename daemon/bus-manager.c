@@ -20,7 +20,8 @@ static int method_get_subvolume_by_fd(sd_bus_message *message, void *userdata, s
 
         r = sd_bus_message_read(message, "h", &fd);
         if (r < 0)
-                return r;
+                return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                        "The call carries no usable file descriptor.");
 
         r = btrfs_identify_fd(fd, &id, &folded);
         if (r == -EMEDIUMTYPE)

@@ -7,7 +7,8 @@
  *   gdbus-client objects           one line per subvolume:
  *                                  PATH ID IS_SNAPSHOT READ_ONLY SOURCE PATHHEX
  *   gdbus-client by-fd KIND [FILE] GetSubvolumeByFd; prints "ok OBJECT" or
- *                                  "error NAME"; KIND: file, opath, pipe, socket
+ *                                  "error NAME"; KIND: file, opath, pipe, socket,
+ *                                  or no-fd (a handle that points to no fd)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,6 +95,12 @@ static int by_fd(const char *kind, const char *file) {
                 fprintf(stderr, "bus: %s\n", error->message);
                 return 1;
         }
+        if (g_str_equal(kind, "no-fd")) {
+                /* A handle index with no fd attached: what a buggy client sends. */
+                g_clear_object(&fds);
+                index = 0;
+                goto call;
+        }
         fd = open_kind(kind, file);
         if (fd < 0) {
                 fprintf(stderr, "open %s %s: %s\n", kind, file ? file : "", strerror(errno));
@@ -105,6 +112,7 @@ static int by_fd(const char *kind, const char *file) {
                 fprintf(stderr, "fd list: %s\n", error->message);
                 return 1;
         }
+call:
         reply = g_dbus_connection_call_with_unix_fd_list_sync(
                 bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager", "GetSubvolumeByFd",
                 g_variant_new("(h)", index), G_VARIANT_TYPE("(o)"), G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds,

@@ -4,6 +4,7 @@
 no fds held on mounts, the served introspection against the XML contract,
 D-Bus activation, and the systemd unit."""
 
+import json
 import os
 import re
 import signal
@@ -130,6 +131,26 @@ class DaemonTest(TestCase):
                       "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s", BUS_NAME,
                       env=bus.env).decode().split("[")[1].split("]")[0])
         os.kill(pid, signal.SIGTERM)
+
+    def test_install_layout(self):
+        """meson install puts each file where dbus and systemd look for it."""
+        dest = self.path("dest")
+        run("meson", "install", "-C", BUILD_DIR, "--no-rebuild", "--destdir", dest)
+        prefix = run("meson", "introspect", "--buildoptions", BUILD_DIR).decode()
+        prefix = next(o["value"] for o in json.loads(prefix) if o["name"] == "prefix")
+        unitdir = run("pkg-config", "--variable=systemdsystemunitdir", "systemd").decode().strip()
+        expected = [f"{prefix}/share/dbus-1/system.d/org.subvold.Subvold1.conf",
+                    f"{prefix}/share/dbus-1/system-services/org.subvold.Subvold1.service",
+                    f"{prefix}/share/dbus-1/interfaces/org.subvold.Subvold1.xml",
+                    f"{unitdir}/subvold.service"]
+        for path in expected:
+            self.assertTrue(os.path.isfile(dest + path), path)
+        execs = set()
+        for path, key in ((expected[1], "Exec="), (expected[3], "ExecStart=")):
+            with open(dest + path) as f:
+                execs |= {line.split("=", 1)[1].strip() for line in f if line.startswith(key)}
+        self.assertEqual(len(execs), 1, execs)
+        self.assertTrue(os.access(dest + execs.pop(), os.X_OK))
 
     def test_unit_verifies(self):
         """systemd-analyze verify on the installed unit (ExecStart pointed at

@@ -5,9 +5,10 @@ Clients are busctl (paths, Refresh) and the GDBus client (fds)."""
 
 import os
 import subprocess
+import threading
 
 from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, Btrfs, Bus, BusError, Daemon, TestCase,
-                     btrfs_rootid, main, run, snapshot, subvolume_create)
+                     btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create)
 
 ERR = "org.subvold.Subvold1.Error."
 NOBODY = 65534
@@ -72,7 +73,9 @@ class ErrorsTest(TestCase):
         bad = [(("pipe",), "NotBtrfs"), (("socket",), "NotBtrfs"), (("file", f"{self.tmpfs}/file"), "NotBtrfs"),
                (("file", "/proc/self/status"), "NotBtrfs"), (("opath", "/proc/self/status"), "NotBtrfs"),
                # a snapshot leaves an empty placeholder where its source had a nested subvolume
-               (("file", f"{mnt}/snap/nested"), "NotFound")]
+               (("file", f"{mnt}/snap/nested"), "NotFound"),
+               # a handle that points to no fd
+               (("no-fd",), "InvalidArgument")]
         for args, error in bad:
             with self.subTest(args=args):
                 self.assertEqual(self.by_fd(*args), "error " + ERR + error)
@@ -181,6 +184,42 @@ class ErrorsTest(TestCase):
         run("btrfs", "subvolume", "delete", "-c", f"{self.mnt}/later")
         self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
         self.assertFalse(new_object in self.bus.managed_objects(), "still published after deletion")
+
+    def test_refresh_under_churn(self):
+        """Subvolumes vanishing and a filesystem unmounted while subvold
+        enumerates: it keeps answering and ends with the kernel's model."""
+        self.start()
+        other = Btrfs(self, "churn")
+        where = self.path("churn")
+        os.mkdir(where)
+        self.stack.callback(lambda: os.path.ismount(where) and run("umount", where))
+        stop = threading.Event()
+
+        def churn():
+            i = 0
+            while not stop.is_set():
+                subvolume_create(f"{self.mnt}/churn{i}")
+                run("mount", other.device, where)
+                run("btrfs", "subvolume", "delete", f"{self.mnt}/churn{i}")
+                run("umount", where)
+                i += 1
+
+        thread = threading.Thread(target=churn)
+        thread.start()
+        try:
+            for _ in range(40):
+                self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+                self.bus.managed_objects()
+                self.assertTrue(self.daemon.alive(), self.daemon.log())
+        finally:
+            stop.set()
+            thread.join()
+        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+        objects = self.bus.managed_objects()
+        published = {int(p.rsplit("/", 1)[1]) for p in objects if p.startswith(self.fs.object_path + "/")}
+        self.assertEqual(published, {5, *btrfs_subvolume_list(self.mnt)})
+        self.assertFalse(any(p.startswith(other.object_path) for p in objects), "unmounted filesystem published")
+        self.assert_still_serving()
 
     def tearDown(self):
         # Every test ends with a clean SIGTERM exit (and no sanitizer report).
