@@ -13,8 +13,10 @@ static int reply_subvolume(sd_bus_message *message, const Subvolume *sv) {
         return sd_bus_reply_method_return(message, "o", bus_subvolume_path(sv, buf));
 }
 
-static int method_get_subvolume_by_fd(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Manager *m = userdata;
+/* The subvolume holding the file behind the fd in @message's first
+ * argument; sets a named error otherwise. */
+static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_fd, const Subvolume **ret,
+                                  sd_bus_error *error) {
         uint64_t id, folded;
         int fd, r;
 
@@ -40,20 +42,56 @@ static int method_get_subvolume_by_fd(sd_bus_message *message, void *userdata, s
          * statfs() reports rather than by mount. */
         for (size_t i = 0; i < m->model->n_filesystems; i++) {
                 const Filesystem *fs = m->model->filesystems[i];
-                const Subvolume *sv;
 
                 if (btrfs_fold_fsid(fs->uuid, id) != folded)
                         continue;
-                sv = filesystem_find_subvolume(fs, id);
-                if (!sv)
+                *ret = filesystem_find_subvolume(fs, id);
+                if (!*ret)
                         return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
                                                  "Subvolume %" PRIu64 " is not in subvold's model yet; "
                                                  "call Refresh() or try again later.", id);
-                return reply_subvolume(message, sv);
+                *ret_fd = fd;
+                return 0;
         }
         return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
                                 "The file is on a btrfs filesystem that is not mounted in subvold's "
                                 "mount namespace.");
+}
+
+static int method_get_subvolume_by_fd(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        const Subvolume *sv;
+        int fd, r;
+
+        r = lookup_subvolume_by_fd(userdata, message, &fd, &sv, error);
+        if (r < 0)
+                return r;
+        return reply_subvolume(message, sv);
+}
+
+static int method_get_statfs_by_fd(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+        char buf[BUS_OBJECT_PATH_MAX];
+        const Subvolume *sv;
+        StatfsInfo fs, st;
+        int fd, r;
+
+        r = lookup_subvolume_by_fd(userdata, message, &fd, &sv, error);
+        if (r < 0)
+                return r;
+        /* The filesystem's own figures, fresh, and of the mount the fd is on
+         * (its flags say read-only, nosuid, ...). */
+        r = btrfs_read_statfs(fd, &fs);
+        if (r < 0)
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_FAILED, "statfs() failed: %s", strerror(-r));
+        st = subvolume_statfs(sv, &fs);
+        r = sd_bus_message_new_method_return(message, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "o", bus_subvolume_path(sv, buf));
+        if (r >= 0)
+                r = bus_append_statfs(reply, &st, &sv->usage);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
 }
 
 static int method_get_subvolume_by_path(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -124,6 +162,8 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("Version", "s", property_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_METHOD_WITH_ARGS("GetSubvolumeByFd", SD_BUS_ARGS("h", fd), SD_BUS_RESULT("o", subvolume),
                                 method_get_subvolume_by_fd, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetStatfsByFd", SD_BUS_ARGS("h", fd), SD_BUS_RESULT("o", subvolume, "a{sv}", statfs),
+                                method_get_statfs_by_fd, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetSubvolumeByPath", SD_BUS_ARGS("s", path), SD_BUS_RESULT("o", subvolume),
                                 method_get_subvolume_by_path, SD_BUS_VTABLE_UNPRIVILEGED),
         /* UNPRIVILEGED: we check ourselves, to answer with our own error. */

@@ -132,6 +132,25 @@ static int property_fs_paths(sd_bus *bus, const char *path, const char *interfac
         return bus_append_bytestring_array(reply, streq(property, "Devices") ? fs->devices : fs->mount_points);
 }
 
+static int property_fs_bytes(sd_bus *bus, const char *path, const char *interface, const char *property,
+                             sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        const StatfsInfo *st = &((const Filesystem *) userdata)->statfs;
+        uint64_t blocks = streq(property, "Size") ? st->blocks :
+                          streq(property, "Used") ? st->blocks - st->blocks_free :
+                          streq(property, "Free") ? st->blocks_free : st->blocks_available;
+
+        return sd_bus_message_append(reply, "t", blocks * st->block_size);
+}
+
+static int property_fs_quota(sd_bus *bus, const char *path, const char *interface, const char *property,
+                             sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        const Filesystem *fs = userdata;
+
+        if (streq(property, "QuotaMode"))
+                return sd_bus_message_append(reply, "s", quota_mode_to_string(fs->quota_mode));
+        return sd_bus_message_append(reply, "b", fs->quota_consistent);
+}
+
 static const sd_bus_vtable filesystem_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Uuid", "s", property_fs_uuid, 0, SD_BUS_VTABLE_PROPERTY_CONST),
@@ -139,9 +158,13 @@ static const sd_bus_vtable filesystem_vtable[] = {
         SD_BUS_PROPERTY("Type", "s", property_fs_string, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("Devices", "aay", property_fs_paths, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("MountPoints", "aay", property_fs_paths, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
-        SD_BUS_PROPERTY("Size", "t", NULL, offsetof(Filesystem, size), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
-        SD_BUS_PROPERTY("Free", "t", NULL, offsetof(Filesystem, free), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Size", "t", property_fs_bytes, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Used", "t", property_fs_bytes, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Free", "t", property_fs_bytes, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Available", "t", property_fs_bytes, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Generation", "t", NULL, offsetof(Filesystem, generation), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("QuotaMode", "s", property_fs_quota, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("QuotaConsistent", "b", property_fs_quota, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_VTABLE_END,
 };
 
@@ -207,6 +230,29 @@ static int property_sv_access_paths(sd_bus *bus, const char *path, const char *i
         return bus_append_bytestring_array(reply, sv->access_paths);
 }
 
+static int property_sv_usage(sd_bus *bus, const char *path, const char *interface, const char *property,
+                             sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        const Usage *u = &((const Subvolume *) userdata)->usage;
+
+        if (streq(property, "UsageSource"))
+                return sd_bus_message_append(reply, "s", usage_source_to_string(u->source));
+        return sd_bus_message_append(reply, "b", u->consistent);
+}
+
+static int method_get_statfs(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        const Subvolume *sv = userdata;
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+        StatfsInfo st = subvolume_statfs(sv, &sv->filesystem->statfs);
+        int r;
+
+        r = sd_bus_message_new_method_return(message, &reply);
+        if (r >= 0)
+                r = bus_append_statfs(reply, &st, &sv->usage);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 static const sd_bus_vtable subvolume_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Filesystem", "o", property_sv_filesystem, 0, SD_BUS_VTABLE_PROPERTY_CONST),
@@ -225,6 +271,16 @@ static const sd_bus_vtable subvolume_vtable[] = {
         SD_BUS_PROPERTY("ChangeGeneration", "t", NULL, offsetof(Subvolume, change_generation), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("CreationTime", "t", NULL, offsetof(Subvolume, creation_usec), SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("AccessPaths", "aay", property_sv_access_paths, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ReferencedBytes", "t", NULL, offsetof(Subvolume, usage.referenced), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ExclusiveBytes", "t", NULL, offsetof(Subvolume, usage.exclusive), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Inodes", "t", NULL, offsetof(Subvolume, usage.inodes), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ReferencedLimitBytes", "t", NULL, offsetof(Subvolume, usage.referenced_limit), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ExclusiveLimitBytes", "t", NULL, offsetof(Subvolume, usage.exclusive_limit), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("UsageSource", "s", property_sv_usage, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("UsageConsistent", "b", property_sv_usage, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("UsageUpdated", "t", NULL, offsetof(Subvolume, usage.updated_usec), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_METHOD_WITH_ARGS("GetStatfs", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{sv}", statfs), method_get_statfs,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 
@@ -356,7 +412,7 @@ static bool strv_equal(char * const *a, char * const *b) {
 }
 
 static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
-        return a->parent_id == b->parent_id && streq(a->path, b->path) &&
+        return memcmp(&a->usage, &b->usage, sizeof(Usage)) == 0 && a->parent_id == b->parent_id && streq(a->path, b->path) &&
                memcmp(a->received_uuid, b->received_uuid, 16) == 0 && a->read_only == b->read_only &&
                a->generation == b->generation && a->change_generation == b->change_generation &&
                !a->snapshot_source == !b->snapshot_source &&
@@ -366,8 +422,9 @@ static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
 
 static bool filesystem_equal(const Filesystem *a, const Filesystem *b) {
         return streq(a->label, b->label) && strv_equal(a->devices, b->devices) &&
-               strv_equal(a->mount_points, b->mount_points) && a->size == b->size && a->free == b->free &&
-               a->generation == b->generation;
+               strv_equal(a->mount_points, b->mount_points) &&
+               memcmp(&a->statfs, &b->statfs, sizeof(StatfsInfo)) == 0 && a->generation == b->generation &&
+               a->quota_mode == b->quota_mode && a->quota_consistent == b->quota_consistent;
 }
 
 static void emit_added(sd_bus *bus, const char *path, const char *interface, const sd_bus_vtable *vtable,

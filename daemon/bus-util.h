@@ -24,6 +24,13 @@ int bus_append_bytestring(sd_bus_message *m, const char *s);
 /* Appends a NULL-terminated array of strings as "aay". */
 int bus_append_bytestring_array(sd_bus_message *m, char * const *l);
 
+/* Appends a statfs()-like a{sv}: the struct statfs fields by their names
+ * (bsize, frsize, blocks, bfree, bavail, files, ffree, namelen, flags) and
+ * the subvolume's referenced, exclusive, source and consistent. */
+typedef struct StatfsInfo StatfsInfo;
+typedef struct Usage Usage;
+int bus_append_statfs(sd_bus_message *m, const StatfsInfo *st, const Usage *u);
+
 static inline void sd_bus_creds_unrefp_(sd_bus_creds **c) {
         sd_bus_creds_unref(*c);
 }

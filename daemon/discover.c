@@ -7,6 +7,53 @@
  * then fails the iteration, and a new walk sees a consistent tree. */
 #define READ_ATTEMPTS 3
 
+/* Whether @prev's usage of @fs can be served without asking the kernel:
+ * the filesystem has not moved since the usage was read, the figures are
+ * from a committed transaction, and every subvolume is the same. */
+static bool usage_unchanged(const Filesystem *fs, const Filesystem *prev) {
+        if (prev->usage_read_usec == 0 || prev->generation != fs->generation ||
+            prev->usage_generation != fs->generation)
+                return false;
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                const Subvolume *p = filesystem_find_subvolume(prev, fs->subvolumes[i].id);
+                if (!p || p->change_generation != fs->subvolumes[i].change_generation)
+                        return false;
+        }
+        return true;
+}
+
+static void usage_copy(Filesystem *fs, const Filesystem *prev) {
+        fs->quota_mode = prev->quota_mode;
+        fs->quota_consistent = prev->quota_consistent;
+        fs->usage_read_usec = prev->usage_read_usec;
+        fs->usage_generation = prev->usage_generation;
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                const Subvolume *p = filesystem_find_subvolume(prev, fs->subvolumes[i].id);
+                fs->subvolumes[i].usage = p ? p->usage : USAGE_NONE;
+        }
+}
+
+/* Fills in the usage of @fs, from @prev or from the kernel.  Returns 1 when
+ * the figures are knowingly stale and should be read again later. */
+static int discover_usage(int fd, Filesystem *fs, const Filesystem *prev, uint64_t now_usec) {
+        int r;
+
+        if (prev && usage_unchanged(fs, prev)) {
+                usage_copy(fs, prev);
+                return 0;
+        }
+        if (prev && prev->usage_read_usec > 0 && now_usec - prev->usage_read_usec < USAGE_READ_INTERVAL_USEC) {
+                usage_copy(fs, prev);
+                return 1;
+        }
+        r = btrfs_read_quotas(fd, fs, now_usec);
+        if (r < 0)
+                return r;
+        /* Quota figures change at commit: until the running transaction is
+         * committed they may still move. */
+        return fs->usage_generation != fs->generation;
+}
+
 static int discover_filesystem(int fd, const uint8_t uuid[16], Filesystem **ret) {
         int r = -EIO;
 
@@ -16,6 +63,8 @@ static int discover_filesystem(int fd, const uint8_t uuid[16], Filesystem **ret)
                 if (!fs)
                         return -ENOMEM;
                 r = btrfs_read_filesystem(fd, fs);
+                if (r >= 0)
+                        r = filesystem_index(fs);
                 if (r >= 0) {
                         *ret = TAKE_PTR(fs);
                         return 0;
@@ -27,14 +76,15 @@ static int discover_filesystem(int fd, const uint8_t uuid[16], Filesystem **ret)
 }
 
 /* Adds the filesystem behind mount number @i to @model, or attaches the
- * mount to it when another mount already brought it in. */
-static int discover_mount(Model *model, size_t i) {
+ * mount to it when another mount already brought it in.  Returns 1 when
+ * the filesystem's usage is pending (see discover_usage()). */
+static int discover_mount(Model *model, size_t i, const Model *previous, uint64_t now_usec) {
         const Mount *mount = &model->mounts.mounts[i];
         _cleanup_close_ int fd = -1;
         Filesystem *fs;
         uint8_t uuid[16];
         char buf[UUID_STRING_MAX];
-        int r;
+        int r, pending;
 
         r = btrfs_open_mount(mount, model->mounts.source, &fd);
         if (r < 0)
@@ -44,21 +94,31 @@ static int discover_mount(Model *model, size_t i) {
                 return log_warning_errno(r, "Skipping btrfs mount %s: BTRFS_IOC_FS_INFO failed: %m", mount->point);
 
         fs = model_find_filesystem(model, uuid);
-        if (!fs) {
-                r = discover_filesystem(fd, uuid, &fs);
-                if (r < 0)
-                        return log_warning_errno(r, "Skipping btrfs filesystem %s mounted on %s: %m",
-                                                 uuid_format(uuid, buf), mount->point);
-                r = model_add_filesystem(model, fs);
-                if (r < 0)
-                        return r;
+        if (fs) {
+                model_attach_mount(model, i, fs);
+                return 0;
         }
+        r = discover_filesystem(fd, uuid, &fs);
+        if (r < 0)
+                return log_warning_errno(r, "Skipping btrfs filesystem %s mounted on %s: %m",
+                                         uuid_format(uuid, buf), mount->point);
+        pending = discover_usage(fd, fs, previous ? model_find_filesystem(previous, uuid) : NULL, now_usec);
+        if (pending < 0) {
+                /* Published without usage; the next refresh tries again. */
+                log_warning_errno(pending, "Failed to read the quotas of btrfs filesystem %s: %m",
+                                  uuid_format(uuid, buf));
+                pending = 0;
+        }
+        r = model_add_filesystem(model, fs);
+        if (r < 0)
+                return r;
         model_attach_mount(model, i, fs);
-        return 0;
+        return pending;
 }
 
-int discover_model(MountSource source, Model **ret) {
+int discover_model(MountSource source, const Model *previous, uint64_t now_usec, Model **ret, bool *ret_pending) {
         _cleanup_(model_freep) Model *model = model_new();
+        bool pending = false;
         MountTable mounts;
         int r;
 
@@ -77,13 +137,15 @@ int discover_model(MountSource source, Model **ret) {
 
                 if (!mount->is_btrfs || !mount_table_is_reachable(&model->mounts, mount))
                         continue;
-                r = discover_mount(model, i);
+                r = discover_mount(model, i, previous, now_usec);
                 if (r == -ENOMEM)
                         return r;
+                pending = pending || r > 0;
         }
         r = model_finish(model);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(model);
+        *ret_pending = pending;
         return 0;
 }

@@ -5,6 +5,7 @@
 #include <linux/btrfs_tree.h>
 #include <linux/fs.h>
 #include <linux/magic.h>
+#include <endian.h>
 #include <sys/ioctl.h>
 #include <sys/statfs.h>
 
@@ -77,6 +78,7 @@ static void subvolume_from_info(const struct btrfs_util_subvolume_info *info, Su
                 .creation_usec = info->otime.tv_sec > 0 ?
                         (uint64_t) info->otime.tv_sec * 1000000 + (uint64_t) info->otime.tv_nsec / 1000 : 0,
                 .read_only = info->flags & BTRFS_ROOT_SUBVOL_RDONLY,
+                .usage = USAGE_NONE,
         };
         memcpy(sv->uuid, info->uuid, 16);
         memcpy(sv->parent_uuid, info->parent_uuid, 16);
@@ -124,29 +126,185 @@ static int btrfs_read_subvolumes(int fd, Filesystem *fs) {
         return r;
 }
 
+int btrfs_read_statfs(int fd, StatfsInfo *ret) {
+        struct statfs sfs;
+
+        if (fstatfs(fd, &sfs) < 0)
+                return -errno;
+        *ret = (StatfsInfo) {
+                .block_size = sfs.f_bsize,
+                .blocks = sfs.f_blocks,
+                .blocks_free = sfs.f_bfree,
+                .blocks_available = sfs.f_bavail,
+                .files = sfs.f_files,
+                .files_free = sfs.f_ffree,
+                .name_max = sfs.f_namelen,
+                /* ST_VALID only says the kernel filled f_flags in; statvfs()
+                 * drops it too. */
+                .flags = sfs.f_flags & ~(uint64_t) ST_VALID_COMPAT,
+        };
+        return 0;
+}
+
 int btrfs_read_filesystem(int fd, Filesystem *fs) {
         struct btrfs_ioctl_fs_info_args info = { .flags = BTRFS_FS_INFO_FLAG_GENERATION };
         char label[BTRFS_LABEL_SIZE] = {};
-        struct statfs sfs;
         int r;
 
         if (ioctl(fd, BTRFS_IOC_FS_INFO, &info) < 0)
                 return -errno;
         if (ioctl(fd, BTRFS_IOC_GET_FSLABEL, label) < 0)
                 return -errno;
-        if (fstatfs(fd, &sfs) < 0)
-                return -errno;
+        r = btrfs_read_statfs(fd, &fs->statfs);
+        if (r < 0)
+                return r;
         label[sizeof(label) - 1] = 0;
         fs->label = strdup(label);
         if (!fs->label)
                 return -ENOMEM;
         fs->generation = info.flags & BTRFS_FS_INFO_FLAG_GENERATION ? info.generation : 0;
-        fs->size = (uint64_t) sfs.f_blocks * sfs.f_bsize;
-        fs->free = (uint64_t) sfs.f_bfree * sfs.f_bsize;
         r = btrfs_read_devices(fd, info.max_id, &fs->devices);
         if (r < 0)
                 return r;
         return btrfs_read_subvolumes(fd, fs);
+}
+
+/* Not in the 6.1 headers. */
+#ifndef BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE
+#define BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE (1ULL << 3)
+#endif
+
+/* Calls @item for every item of tree @tree_id between the two keys.  The
+ * key space is one 136-bit range, so items of other types between the two
+ * objectids come too: @item filters. */
+static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, uint64_t max_objectid,
+                             uint32_t min_type, uint32_t max_type,
+                             int (*item)(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata),
+                             void *userdata) {
+        /* 64 KiB: large buffers made searches slower, not faster. */
+        enum { BUF_SIZE = 64 * 1024 };
+        _cleanup_free_ struct btrfs_ioctl_search_args_v2 *args = malloc(sizeof(*args) + BUF_SIZE);
+        int r;
+
+        if (!args)
+                return -ENOMEM;
+        args->key = (struct btrfs_ioctl_search_key) {
+                .tree_id = tree_id,
+                .min_objectid = min_objectid,
+                .max_objectid = max_objectid,
+                .min_type = min_type,
+                .max_type = max_type,
+                .min_offset = 0,
+                .max_offset = UINT64_MAX,
+                .min_transid = 0,
+                .max_transid = UINT64_MAX,
+        };
+        for (;;) {
+                size_t off = 0;
+                const struct btrfs_ioctl_search_header *h = NULL;
+
+                args->key.nr_items = UINT32_MAX;
+                args->buf_size = BUF_SIZE;
+                if (ioctl(fd, BTRFS_IOC_TREE_SEARCH_V2, args) < 0)
+                        return -errno;
+                if (args->key.nr_items == 0)
+                        return 0;
+                for (uint32_t i = 0; i < args->key.nr_items; i++) {
+                        h = (const void *) (args->buf + off);
+                        r = item(h, h + 1, userdata);
+                        if (r < 0)
+                                return r;
+                        off += sizeof(*h) + h->len;
+                }
+                /* Continue right after the last key returned. */
+                args->key.min_objectid = h->objectid;
+                args->key.min_type = h->type;
+                args->key.min_offset = h->offset + 1;
+                if (h->offset == UINT64_MAX) {
+                        args->key.min_offset = 0;
+                        if (++args->key.min_type > max_type) {
+                                args->key.min_type = min_type;
+                                if (args->key.min_objectid++ == max_objectid)
+                                        return 0;
+                        }
+                }
+        }
+}
+
+typedef struct QuotaRead {
+        Filesystem *fs;
+        uint64_t status_flags;
+        uint64_t status_generation;
+        bool have_status;
+} QuotaRead;
+
+static int quota_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        QuotaRead *q = userdata;
+        Subvolume *sv;
+
+        if (h->type == BTRFS_QGROUP_STATUS_KEY && h->len >= sizeof(struct btrfs_qgroup_status_item)) {
+                const struct btrfs_qgroup_status_item *st = data;
+                q->status_flags = le64toh(st->flags);
+                q->status_generation = le64toh(st->generation);
+                q->have_status = true;
+                return 0;
+        }
+        /* Level-0 qgroups only: their id is the subvolume id. */
+        if (h->offset >> BTRFS_QGROUP_LEVEL_SHIFT != 0)
+                return 0;
+        sv = filesystem_find_subvolume(q->fs, h->offset);
+        if (!sv)
+                return 0;  /* the qgroup of a subvolume deleted meanwhile */
+        if (h->type == BTRFS_QGROUP_INFO_KEY && h->len >= sizeof(struct btrfs_qgroup_info_item)) {
+                const struct btrfs_qgroup_info_item *info = data;
+                sv->usage.referenced = le64toh(info->rfer);
+                sv->usage.exclusive = le64toh(info->excl);
+        } else if (h->type == BTRFS_QGROUP_LIMIT_KEY && h->len >= sizeof(struct btrfs_qgroup_limit_item)) {
+                const struct btrfs_qgroup_limit_item *limit = data;
+                uint64_t flags = le64toh(limit->flags);
+                sv->usage.referenced_limit = flags & BTRFS_QGROUP_LIMIT_MAX_RFER ? le64toh(limit->max_rfer) : USAGE_UNKNOWN;
+                sv->usage.exclusive_limit = flags & BTRFS_QGROUP_LIMIT_MAX_EXCL ? le64toh(limit->max_excl) : USAGE_UNKNOWN;
+        }
+        return 0;
+}
+
+int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec) {
+        QuotaRead q = { .fs = fs };
+        UsageSource source;
+        int r;
+
+        for (size_t i = 0; i < fs->n_subvolumes; i++)
+                fs->subvolumes[i].usage = USAGE_NONE;
+        /* All status, info and limit items have objectid 0. */
+        r = btrfs_tree_search(fd, BTRFS_QUOTA_TREE_OBJECTID, 0, 0, BTRFS_QGROUP_STATUS_KEY, BTRFS_QGROUP_LIMIT_KEY,
+                              quota_item, &q);
+        if (r == -ENOENT || (r >= 0 && !q.have_status)) {
+                /* No quota tree: quotas are off. */
+                fs->quota_mode = QUOTA_MODE_DISABLED;
+                fs->quota_consistent = true;
+                fs->usage_generation = fs->generation;
+                fs->usage_read_usec = now_usec;
+                return 0;
+        }
+        if (r < 0)
+                return r;
+        fs->quota_mode = q.status_flags & BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE ? QUOTA_MODE_SIMPLE : QUOTA_MODE_QGROUP;
+        fs->quota_consistent = !(q.status_flags & (BTRFS_QGROUP_STATUS_FLAG_INCONSISTENT | BTRFS_QGROUP_STATUS_FLAG_RESCAN));
+        /* The status item is rewritten by every commit: it tells which
+         * transaction the figures belong to. */
+        fs->usage_generation = q.status_generation;
+        fs->usage_read_usec = now_usec;
+        source = fs->quota_mode == QUOTA_MODE_SIMPLE ? USAGE_SOURCE_SIMPLE_QUOTA : USAGE_SOURCE_QGROUP;
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                Usage *u = &fs->subvolumes[i].usage;
+
+                if (u->referenced == USAGE_UNKNOWN)
+                        continue;  /* no qgroup for this subvolume */
+                u->source = source;
+                u->consistent = fs->quota_consistent;
+                u->updated_usec = now_usec;
+        }
+        return 0;
 }
 
 uint64_t btrfs_fold_fsid(const uint8_t u[16], uint64_t subvolume_id) {

@@ -19,9 +19,19 @@ int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd);
 /* The filesystem UUID (fsid) of the btrfs that @fd is on. */
 int btrfs_read_fsid(int fd, uint8_t ret[16]);
 
+/* statfs() of the filesystem @fd is on. */
+int btrfs_read_statfs(int fd, StatfsInfo *ret);
+
 /* Fills @fs from the filesystem @fd is on: label, devices, size, free,
  * generation and every subvolume (CAP_SYS_ADMIN needed). */
 int btrfs_read_filesystem(int fd, Filesystem *fs);
+
+/* Reads the quota tree (CAP_SYS_ADMIN): the quota mode and consistency
+ * into @fs, and each level-0 qgroup's figures into the usage of the
+ * subvolume with that id (subvolumes must be indexed).  Subvolumes without
+ * a qgroup, and all of them when quotas are off, get USAGE_NONE.  Reading
+ * never enables quotas or starts a rescan. */
+int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec);
 
 /* For any fd a client hands over: whether it is on btrfs (-EMEDIUMTYPE if
  * not), the subvolume holding it (-ENOENT for the empty placeholder

@@ -119,3 +119,7 @@ _Static_assert(__builtin_offsetof(struct statx_compat, stx_subvol) == 0xa0, "stx
 static inline int sys_statx(int dirfd, const char *path, int flags, unsigned mask, struct statx_compat *buf) {
         return (int) syscall(__NR_statx, dirfd, path, flags, mask, buf);
 }
+
+/* statfs() f_flags bit saying the kernel filled f_flags in (kernel-internal
+ * include/linux/statfs.h; statvfs() removes it). */
+#define ST_VALID_COMPAT 0x0020

@@ -6,6 +6,7 @@
 #include "util.h"
 
 static MountSource arg_mount_source = MOUNT_SOURCE_AUTO;
+static char *arg_cache_dir = NULL;
 
 static void help(void) {
         printf("Usage: %s [OPTIONS]\n\n"
@@ -14,6 +15,9 @@ static void help(void) {
                "  -h --help        Show this help\n"
                "     --version     Show the version\n"
                "     --mountinfo   Read mounts from /proc/self/mountinfo instead of listmount()\n"
+               "     --cache-dir=DIR\n"
+               "                   Keep the usage cache in DIR (default: $CACHE_DIRECTORY,\n"
+               "                   which systemd sets; without either, nothing is persisted)\n"
                "  -v --verbose     Log debug messages too\n\n"
                "The bus address is taken from $DBUS_SYSTEM_BUS_ADDRESS when it is set.\n",
                program_invocation_short_name);
@@ -21,11 +25,12 @@ static void help(void) {
 
 /* Returns 1 to go on, 0 to exit successfully, negative on bad usage. */
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO };
+        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR };
         static const struct option options[] = {
                 { "help",      no_argument, NULL, 'h'           },
                 { "version",   no_argument, NULL, ARG_VERSION   },
                 { "mountinfo", no_argument, NULL, ARG_MOUNTINFO },
+                { "cache-dir", required_argument, NULL, ARG_CACHE_DIR },
                 { "verbose",   no_argument, NULL, 'v'           },
                 {}
         };
@@ -42,6 +47,12 @@ static int parse_argv(int argc, char *argv[]) {
                 case ARG_MOUNTINFO:
                         arg_mount_source = MOUNT_SOURCE_MOUNTINFO;
                         break;
+                case ARG_CACHE_DIR:
+                        free(arg_cache_dir);
+                        arg_cache_dir = strdup(optarg);
+                        if (!arg_cache_dir)
+                                return -ENOMEM;
+                        break;
                 case 'v':
                         log_max_level = LOG_LEVEL_DEBUG;
                         break;
@@ -52,6 +63,12 @@ static int parse_argv(int argc, char *argv[]) {
                 log_error("%s takes no arguments.", program_invocation_short_name);
                 return -EINVAL;
         }
+        if (!arg_cache_dir) {
+                /* systemd's CacheDirectory= may list several, separated by ':'. */
+                const char *e = getenv("CACHE_DIRECTORY");
+                if (e && *e && !(arg_cache_dir = strndup(e, strcspn(e, ":"))))
+                        return -ENOMEM;
+        }
         return 1;
 }
 
@@ -60,8 +77,10 @@ int main(int argc, char *argv[]) {
         int r;
 
         r = parse_argv(argc, argv);
-        if (r <= 0)
+        if (r <= 0) {
+                free(arg_cache_dir);
                 return r < 0 ? 2 : 0;
+        }
 
         /* A GetManagedObjects reply is megabytes at 10,000 subvolumes.  A
          * fixed mmap threshold (glibc otherwise raises it after the first
@@ -69,7 +88,8 @@ int main(int argc, char *argv[]) {
          * one large reply does not stay in our RSS. */
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 
-        r = manager_new(arg_mount_source, &m);
+        r = manager_new(arg_mount_source, arg_cache_dir, &m);
+        free(arg_cache_dir);
         if (r < 0) {
                 log_error_errno(r, "Failed to allocate the manager: %m");
                 return 1;

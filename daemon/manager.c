@@ -1,21 +1,27 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <signal.h>
+#include <time.h>
 #include <systemd/sd-daemon.h>
 
 #include "bus-manager.h"
 #include "bus-objects.h"
 #include "bus-util.h"
 #include "discover.h"
+#include "usage-cache.h"
 #include "manager.h"
 #include "util.h"
 
-int manager_new(MountSource source, Manager **ret) {
+int manager_new(MountSource source, const char *cache_dir, Manager **ret) {
         Manager *m = calloc(1, sizeof(Manager));
         int r;
 
         if (!m)
                 return -ENOMEM;
         m->mount_source = source;
+        if (cache_dir && !(m->cache_dir = strdup(cache_dir))) {
+                manager_free(m);
+                return -ENOMEM;
+        }
         r = sd_event_new(&m->event);
         if (r < 0) {
                 manager_free(m);
@@ -28,25 +34,116 @@ int manager_new(MountSource source, Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        sd_event_source_unref(m->usage_timer);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
         model_free(m->model);
+        free(m->cache_dir);
         free(m);
         return NULL;
+}
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* Whether @new read any usage from the kernel that @old did not have. */
+static bool usage_was_read(const Model *old, const Model *new) {
+        for (size_t i = 0; i < new->n_filesystems; i++) {
+                const Filesystem *fs = new->filesystems[i];
+                const Filesystem *o = old ? model_find_filesystem(old, fs->uuid) : NULL;
+
+                if (fs->usage_read_usec != 0 && (!o || o->usage_read_usec != fs->usage_read_usec))
+                        return true;
+        }
+        return false;
+}
+
+static void manager_save_cache(Manager *m) {
+        int r;
+
+        if (!m->cache_dir)
+                return;
+        r = usage_cache_save(m->cache_dir, m->model);
+        /* One line when saving starts failing and one when it works again,
+         * not one per refresh. */
+        if (r < 0 && !m->cache_write_failed)
+                log_warning_errno(r, "Cannot write the usage cache in %s, going on without: %m", m->cache_dir);
+        else if (r >= 0 && m->cache_write_failed)
+                log_info("Writing the usage cache in %s works again.", m->cache_dir);
+        m->cache_write_failed = r < 0;
+}
+
+static int on_usage_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+
+        (void) manager_refresh(m);
+        return 0;
+}
+
+/* Arms the one-shot timer that reads stale usage again. */
+static void manager_schedule_usage(Manager *m) {
+        uint64_t when;
+        int r;
+
+        r = sd_event_now(m->event, CLOCK_MONOTONIC, &when);
+        if (r < 0)
+                goto fail;
+        when += USAGE_READ_INTERVAL_USEC;
+        if (m->usage_timer) {
+                r = sd_event_source_set_time(m->usage_timer, when);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(m->usage_timer, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time(m->event, &m->usage_timer, CLOCK_MONOTONIC, when, 0, on_usage_timer, m);
+        if (r >= 0)
+                return;
+fail:
+        log_warning_errno(r, "Failed to schedule a usage update: %m");
 }
 
 int manager_refresh(Manager *m) {
         _cleanup_(model_freep) Model *old = NULL;
         Model *new = NULL;
+        bool pending;
         int r;
 
-        r = discover_model(m->mount_source, &new);
+        r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
         if (r < 0)
                 return r;
         old = m->model;
         m->model = new;
         if (m->bus)
                 bus_objects_emit_changes(m->bus, old, new);
+        if (usage_was_read(old, new))
+                manager_save_cache(m);
+        if (pending)
+                manager_schedule_usage(m);
+        return 0;
+}
+
+/* The first model: usage comes from the persisted cache where it is still
+ * valid, so that the first answers need not wait for the kernel. */
+static int manager_load(Manager *m) {
+        _cleanup_(model_freep) Model *cached = NULL;
+        int r;
+
+        if (m->cache_dir) {
+                r = usage_cache_load(m->cache_dir, &cached);
+                if (r == -EPROTONOSUPPORT)
+                        log_info("Ignoring the usage cache in %s: it was written by another version.", m->cache_dir);
+                else if (r == -EBADMSG)
+                        log_warning("Ignoring the usage cache in %s: it is truncated or corrupted.", m->cache_dir);
+                else if (r < 0 && r != -ENOENT)
+                        log_warning_errno(r, "Ignoring the usage cache in %s: %m", m->cache_dir);
+        }
+        m->model = TAKE_PTR(cached);
+        r = manager_refresh(m);
+        if (r < 0)
+                return r;
         return 0;
 }
 
@@ -73,7 +170,7 @@ int manager_start(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to watch signals: %m");
 
-        r = manager_refresh(m);
+        r = manager_load(m);
         if (r < 0)
                 return r;
 

@@ -15,9 +15,13 @@ typedef struct Manager {
         sd_bus *bus;
         Model *model;          /* what the bus publishes; replaced whole by a refresh */
         MountSource mount_source;
+        char *cache_dir;       /* where the usage cache lives; NULL: not persisted */
+        bool cache_write_failed;
+        sd_event_source *usage_timer;  /* re-reads usage that is knowingly stale */
 } Manager;
 
-int manager_new(MountSource source, Manager **ret);
+/* @cache_dir may be NULL (no persistent usage cache). */
+int manager_new(MountSource source, const char *cache_dir, Manager **ret);
 Manager *manager_free(Manager *m);
 static inline void manager_freep(Manager **m) {
         manager_free(*m);

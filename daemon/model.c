@@ -173,7 +173,7 @@ static int filesystem_link_snapshots(Filesystem *fs) {
         return 0;
 }
 
-static int filesystem_index(Filesystem *fs) {
+int filesystem_index(Filesystem *fs) {
         if (fs->n_subvolumes == 0)
                 return 0;
         qsort(fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), cmp_subvolume_id);
@@ -215,11 +215,6 @@ static int model_add_access_paths(Model *m, size_t mi) {
 int model_finish(Model *m) {
         int r;
 
-        for (size_t i = 0; i < m->n_filesystems; i++) {
-                r = filesystem_index(m->filesystems[i]);
-                if (r < 0)
-                        return r;
-        }
         for (size_t i = 0; i < m->mounts.n_mounts; i++) {
                 Filesystem *fs = m->mount_filesystem[i];
                 size_t n;
@@ -316,6 +311,61 @@ ResolveResult model_resolve_path(const Model *m, const char *path, Subvolume **r
                 return RESOLVE_NOT_FOUND;
         *ret = sv;
         return RESOLVE_OK;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b) {
+        return a < b ? a : b;
+}
+
+/* Bytes left under a limit, or USAGE_UNKNOWN when there is no limit or
+ * the usage it limits is unknown. */
+static uint64_t room_under(uint64_t limit, uint64_t used) {
+        if (limit == USAGE_UNKNOWN || used == USAGE_UNKNOWN)
+                return USAGE_UNKNOWN;
+        return limit > used ? limit - used : 0;
+}
+
+StatfsInfo subvolume_statfs(const Subvolume *sv, const StatfsInfo *fs) {
+        const Usage *u = &sv->usage;
+        StatfsInfo st = *fs;
+        uint64_t bs = fs->block_size ?: 1;
+        uint64_t room = min_u64(room_under(u->referenced_limit, u->referenced),
+                                room_under(u->exclusive_limit, u->exclusive));
+
+        /* With a referenced limit, the subvolume is a disk of that size. */
+        if (u->referenced_limit != USAGE_UNKNOWN && u->referenced != USAGE_UNKNOWN)
+                st.blocks = u->referenced_limit / bs;
+        /* Free and available space never exceed what the limits leave, nor
+         * what the filesystem has. */
+        if (room != USAGE_UNKNOWN) {
+                st.blocks_free = min_u64(fs->blocks_free, room / bs);
+                st.blocks_available = min_u64(fs->blocks_available, room / bs);
+        }
+        /* btrfs allocates inodes dynamically: there is no free count. */
+        st.files = u->inodes != USAGE_UNKNOWN ? u->inodes : 0;
+        st.files_free = 0;
+        return st;
+}
+
+static const char *const usage_source_table[_USAGE_SOURCE_MAX] = {
+        [USAGE_SOURCE_NONE] = "none",
+        [USAGE_SOURCE_QGROUP] = "qgroup",
+        [USAGE_SOURCE_SIMPLE_QUOTA] = "simple-quota",
+        [USAGE_SOURCE_SCAN] = "scan",
+};
+
+static const char *const quota_mode_table[_QUOTA_MODE_MAX] = {
+        [QUOTA_MODE_DISABLED] = "disabled",
+        [QUOTA_MODE_QGROUP] = "qgroup",
+        [QUOTA_MODE_SIMPLE] = "simple",
+};
+
+const char *usage_source_to_string(UsageSource s) {
+        return s >= 0 && s < _USAGE_SOURCE_MAX ? usage_source_table[s] : "none";
+}
+
+const char *quota_mode_to_string(QuotaMode m) {
+        return m >= 0 && m < _QUOTA_MODE_MAX ? quota_mode_table[m] : "disabled";
 }
 
 /* Length of the valid UTF-8 sequence at s, or 0 if it is not one. */

@@ -12,6 +12,49 @@
 
 typedef struct Filesystem Filesystem;
 
+/* "Unknown" for sizes and counts, and "no limit" for limits: the systemd
+ * convention, so 0 always means zero. */
+#define USAGE_UNKNOWN UINT64_MAX
+
+typedef enum UsageSource {
+        USAGE_SOURCE_NONE,
+        USAGE_SOURCE_QGROUP,
+        USAGE_SOURCE_SIMPLE_QUOTA,
+        USAGE_SOURCE_SCAN,
+        _USAGE_SOURCE_MAX,
+} UsageSource;
+
+typedef enum QuotaMode {
+        QUOTA_MODE_DISABLED,
+        QUOTA_MODE_QGROUP,
+        QUOTA_MODE_SIMPLE,
+        _QUOTA_MODE_MAX,
+} QuotaMode;
+
+/* What a subvolume costs, as far as it is known. */
+typedef struct Usage {
+        uint64_t referenced;           /* bytes */
+        uint64_t exclusive;            /* bytes */
+        uint64_t inodes;
+        uint64_t referenced_limit;     /* bytes, USAGE_UNKNOWN: no limit */
+        uint64_t exclusive_limit;      /* bytes, USAGE_UNKNOWN: no limit */
+        UsageSource source;
+        bool consistent;
+        uint64_t updated_usec;         /* when read; 0: never */
+} Usage;
+
+#define USAGE_NONE ((Usage) { USAGE_UNKNOWN, USAGE_UNKNOWN, USAGE_UNKNOWN, USAGE_UNKNOWN, USAGE_UNKNOWN, \
+                              USAGE_SOURCE_NONE, true, 0 })
+
+/* The numbers statfs() reports, in the units it uses. */
+typedef struct StatfsInfo {
+        uint64_t block_size;
+        uint64_t blocks, blocks_free, blocks_available;
+        uint64_t files, files_free;
+        uint64_t name_max;
+        uint64_t flags;
+} StatfsInfo;
+
 typedef struct Subvolume {
         Filesystem *filesystem;
         uint64_t id;
@@ -26,6 +69,7 @@ typedef struct Subvolume {
         bool read_only;
         const struct Subvolume *snapshot_source;  /* same filesystem, or NULL */
         char **access_paths;           /* sorted, NULL-terminated, may be empty */
+        Usage usage;
 } Subvolume;
 
 struct Filesystem {
@@ -33,8 +77,12 @@ struct Filesystem {
         char *label;
         char **devices;                /* NULL-terminated */
         char **mount_points;           /* sorted, NULL-terminated */
-        uint64_t size, free;
+        StatfsInfo statfs;             /* of the mount it was read through */
         uint64_t generation;
+        QuotaMode quota_mode;
+        bool quota_consistent;
+        uint64_t usage_read_usec;      /* when usage was last read from the kernel */
+        uint64_t usage_generation;     /* the committed transaction that usage is from */
         Subvolume *subvolumes;         /* sorted by id */
         size_t n_subvolumes, allocated;
         Subvolume **by_path;           /* the same, sorted by path */
@@ -71,8 +119,12 @@ int model_set_mounts(Model *m, MountTable *mounts);
 /* Records that mount number @index belongs to @fs (already added). */
 void model_attach_mount(Model *m, size_t index, Filesystem *fs);
 
-/* Derives what depends on several parts: sort orders, snapshot sources,
- * mount points and access paths.  Call once, when everything is added. */
+/* Sorts the subvolumes and links snapshots to their sources.  Call when
+ * all subvolumes of @fs are added, before looking any up. */
+int filesystem_index(Filesystem *fs);
+
+/* Derives what depends on several parts: mount points and access paths.
+ * Call once, when everything is added and indexed. */
 int model_finish(Model *m);
 
 Filesystem *model_find_filesystem(const Model *m, const uint8_t uuid[16]);
@@ -97,6 +149,14 @@ char *path_normalize(const char *path);
 
 /* Returns the name of the path's last component ("/" for "/"). */
 const char *path_last_component(const char *path);
+
+/* statfs() for one subvolume, as df should show it: the filesystem's
+ * figures, narrowed by the subvolume's quota limits (see the XML for the
+ * rules). */
+StatfsInfo subvolume_statfs(const Subvolume *sv, const StatfsInfo *fs);
+
+const char *usage_source_to_string(UsageSource s);
+const char *quota_mode_to_string(QuotaMode m);
 
 /* Returns a copy of @s that is valid UTF-8: invalid bytes and ASCII
  * control characters are written as \xNN. */

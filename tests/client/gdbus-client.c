@@ -9,6 +9,7 @@
  *   gdbus-client by-fd KIND [FILE] GetSubvolumeByFd; prints "ok OBJECT" or
  *                                  "error NAME"; KIND: file, opath, pipe, socket,
  *                                  or no-fd (a handle that points to no fd)
+ *   gdbus-client statfs-by-fd FILE GetStatfsByFd; prints "ok OBJECT KEY=VALUE..."
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -83,7 +84,21 @@ static int open_kind(const char *kind, const char *file) {
         return -1;
 }
 
-static int by_fd(const char *kind, const char *file) {
+static void print_dict(GVariant *dict) {
+        GVariantIter iter;
+        const char *key;
+        GVariant *value;
+
+        g_variant_iter_init(&iter, dict);
+        while (g_variant_iter_next(&iter, "{&sv}", &key, &value)) {
+                g_autofree char *text = g_variant_print(value, FALSE);
+                printf(" %s=%s", key, text);
+                g_variant_unref(value);
+        }
+        putchar('\n');
+}
+
+static int by_fd(const char *method, const char *kind, const char *file) {
         g_autoptr(GError) error = NULL;
         g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
         g_autoptr(GUnixFDList) fds = g_unix_fd_list_new();
@@ -114,13 +129,19 @@ static int by_fd(const char *kind, const char *file) {
         }
 call:
         reply = g_dbus_connection_call_with_unix_fd_list_sync(
-                bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager", "GetSubvolumeByFd",
-                g_variant_new("(h)", index), G_VARIANT_TYPE("(o)"), G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds,
-                NULL, NULL, &error);
+                bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager", method,
+                g_variant_new("(h)", index), NULL, G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds, NULL, NULL, &error);
         if (!reply) {
                 g_autofree char *name = g_dbus_error_get_remote_error(error);
                 printf("error %s\n", name ? name : "(local)");
                 fprintf(stderr, "%s\n", error->message);
+                return 0;
+        }
+        if (g_variant_is_of_type(reply, G_VARIANT_TYPE("(oa{sv})"))) {
+                g_autoptr(GVariant) dict = NULL;
+                g_variant_get(reply, "(&o@a{sv})", &object, &dict);
+                printf("ok %s", object);
+                print_dict(dict);
                 return 0;
         }
         g_variant_get(reply, "(&o)", &object);
@@ -132,7 +153,9 @@ int main(int argc, char *argv[]) {
         if (argc >= 2 && g_str_equal(argv[1], "objects"))
                 return list_objects();
         if (argc >= 3 && g_str_equal(argv[1], "by-fd"))
-                return by_fd(argv[2], argc >= 4 ? argv[3] : NULL);
-        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE]\n", argv[0]);
+                return by_fd("GetSubvolumeByFd", argv[2], argc >= 4 ? argv[3] : NULL);
+        if (argc >= 3 && g_str_equal(argv[1], "statfs-by-fd"))
+                return by_fd("GetStatfsByFd", "file", argv[2]);
+        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE\n", argv[0]);
         return 2;
 }

@@ -154,7 +154,7 @@ class Bus:
             self.proc = subprocess.Popen(["dbus-daemon", "--config-file", conf, "--nofork", "--nopidfile"],
                                          stdout=subprocess.DEVNULL, stderr=log)
         test.stack.callback(_terminate, self.proc)
-        _wait_for(lambda: os.path.exists(self.socket), "dbus-daemon socket")
+        wait_for(lambda: os.path.exists(self.socket), "dbus-daemon socket")
         self.address = "unix:path=" + self.socket
         self.env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.address)
 
@@ -198,12 +198,14 @@ def _terminate(proc, timeout=10):
             proc.wait()
 
 
-def _wait_for(predicate, what, timeout=30):
+def wait_for(predicate, what, timeout=30):
+    """Polls @predicate until it is true; a generous timeout, so that a slow
+    machine fails no test -- nothing here measures time."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.02)
+        time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -36,6 +36,7 @@ static Model *build(void) {
         add(fs, 257, 256, "/vol/nested", 3, 0);
         add(fs, 258, 256, "/vol/dir/deep", 5, 0);
         add(fs, 261, 5, "/orphan", 6, 99);       /* snapshot of something deleted */
+        g_assert_cmpint(filesystem_index(fs), ==, 0);
         g_assert_cmpint(model_add_filesystem(m, fs), ==, 0);
 
         g_assert_cmpint(mount_table_parse_mountinfo(f, &t), ==, 0);
@@ -166,6 +167,75 @@ static void test_duplicate_filesystem(void) {
         g_assert_cmpuint(m->n_filesystems, ==, 1);
 }
 
+/* A 1000-block filesystem of 4 KiB blocks, 600 free, 500 available. */
+static const StatfsInfo FS = { .block_size = 4096, .blocks = 1000, .blocks_free = 600, .blocks_available = 500,
+                               .files = 0, .files_free = 0, .name_max = 255, .flags = 32 };
+
+static StatfsInfo statfs_with(Usage u) {
+        Subvolume sv = { .usage = u };
+        return subvolume_statfs(&sv, &FS);
+}
+
+static void test_statfs_rules(void) {
+        Usage u = USAGE_NONE;
+        StatfsInfo st;
+
+        /* No quota figures: the filesystem's own. */
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks_free, ==, 600);
+        g_assert_cmpuint(st.blocks_available, ==, 500);
+        g_assert_cmpuint(st.files, ==, 0);
+        g_assert_cmpuint(st.name_max, ==, 255);
+        g_assert_cmpuint(st.flags, ==, 32);
+
+        /* Usage known, no limit: still the filesystem's figures; files = inodes. */
+        u.referenced = 40 * 4096, u.exclusive = 10 * 4096, u.inodes = 77;
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks_available, ==, 500);
+        g_assert_cmpuint(st.files, ==, 77);
+        g_assert_cmpuint(st.files_free, ==, 0);
+
+        /* A referenced limit: blocks is the limit, free what is left under it. */
+        u.referenced_limit = 100 * 4096;
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 100);
+        g_assert_cmpuint(st.blocks_free, ==, 60);
+        g_assert_cmpuint(st.blocks_available, ==, 60);
+
+        /* ... but never more than the filesystem has. */
+        u.referenced_limit = 900 * 4096;
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 900);
+        g_assert_cmpuint(st.blocks_free, ==, 600);
+        g_assert_cmpuint(st.blocks_available, ==, 500);
+
+        /* Over the limit: nothing left, never negative. */
+        u.referenced_limit = 20 * 4096;
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 20);
+        g_assert_cmpuint(st.blocks_free, ==, 0);
+        g_assert_cmpuint(st.blocks_available, ==, 0);
+
+        /* An exclusive limit narrows free space too, the tighter one wins. */
+        u.referenced_limit = 100 * 4096, u.exclusive_limit = 30 * 4096;
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 100);
+        g_assert_cmpuint(st.blocks_available, ==, 20);
+        u.referenced_limit = USAGE_UNKNOWN;
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks_free, ==, 20);
+
+        /* A limit without a known usage tells nothing. */
+        u = USAGE_NONE;
+        u.referenced_limit = 100 * 4096;
+        st = statfs_with(u);
+        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks_available, ==, 500);
+}
+
 int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/model/lookups", test_lookups);
@@ -175,5 +245,6 @@ int main(int argc, char *argv[]) {
         g_test_add_func("/model/normalize", test_normalize);
         g_test_add_func("/model/display-escape", test_display_escape);
         g_test_add_func("/model/duplicate-filesystem", test_duplicate_filesystem);
+        g_test_add_func("/model/statfs-rules", test_statfs_rules);
         return g_test_run();
 }
