@@ -84,6 +84,9 @@ read -ra BTRFSUTIL <<<"$(pkg-config --cflags --libs libbtrfsutil)"
 read -ra LIBSYSTEMD <<<"$(pkg-config --cflags --libs libsystemd)"
 gcc -O2 -Wall -Wextra -o "$TMP/mkfixture" "$REPO/tools/mkfixture.c" "${BTRFSUTIL[@]}"
 gcc -O2 -Wall -Wextra -o "$TMP/busbench" "$REPO/tools/busbench.c" "${LIBSYSTEMD[@]}"
+# quotabench runs subvold's own quota reader, so it links the daemon's core.
+gcc -O2 -Wall -D_GNU_SOURCE -I"$REPO/daemon" -o "$TMP/quotabench" "$REPO/tools/quotabench.c" \
+	"$BUILD/daemon/libsubvold-core.a" "${LIBSYSTEMD[@]}" "${BTRFSUTIL[@]}"
 
 # ---- a private system bus ---------------------------------------------------
 # <type>system</type> makes it behave like the real system bus; the allow-all
@@ -117,6 +120,8 @@ hf_median_ms() { # hyperfine's median in ms of a command run without a shell
 		--export-csv "$TMP/hf.csv" "$@" >>"$LOG" 2>&1 || return 1
 	awk -F, 'NR == 2 {printf "%.3f", $4 * 1000}' "$TMP/hf.csv"
 }
+TICKS=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }   # utime + stime
 pinned() { # run a command with itself, the bus and subvold on $PIN_CPU
 	[ -n "$PIN_CPU" ] || { "$@"; return; }
 	local all rc=0
@@ -133,12 +138,14 @@ start_subvold() { # prints busbench's startup line
 			m=$(printf %b "$m")   # findmnt -r writes a space as \x20
 			[ "$m" = "$MNT" ] || umount -l "$m"
 		done
-		exec "$@"' bash "$TMP/busbench" startup "$SUBVOLD" "${DAEMON_ARGS[@]}" 2>>"$LOG"
+		exec "$@"' bash "$TMP/busbench" startup "$SUBVOLD" "${DAEMON_ARGS[@]}" "$@" 2>>"$LOG"
 }
 export MNT
 
 TSV=$RESULTS/results.tsv
-printf 'N\tobjects\tready_ms\tgmo_ms\tgmo_p99_ms\treply_bytes\tlist_ms\tgmo_per_list\tget_us\tget_p99_us\tgetid_us\tgetid_p99_us\tget_per_getid\trss_kib\thwm_kib\tbusctl_gmo_ms\n' >"$TSV"
+USAGE_TSV=$RESULTS/usage.tsv
+printf 'N\tread_ms\tsysfs_ms\tqgroup_show_ms\tread_per_show\tcold_ready_ms\twarm_ready_ms\tget_ref_us\tget_ref_p99_us\tgetid_us\tget_ref_per_getid\n' >"$USAGE_TSV"
+printf 'N\tobjects\tready_ms\tgmo_ms\tgmo_p99_ms\treply_bytes\tlist_ms\tgmo_per_list\tget_us\tget_p99_us\tgetid_us\tgetid_p99_us\tget_per_getid\trss_kib\thwm_kib\tbusctl_gmo_ms\tgmo_cpu_subvold_ms\tgmo_cpu_bus_ms\n' >"$TSV"
 
 for N in "${NS[@]}"; do
 	log "N=$N: building the fixture"
@@ -168,7 +175,12 @@ for N in "${NS[@]}"; do
 	id=$(btrfs inspect-internal rootid "$MNT/vol/v$(printf %06d $(( (N - N / 5 + 1) / 2 )))")
 	object=/org/subvold/Subvold1/fs/$uuid/$id
 
+	# CPU time per GetManagedObjects, split between subvold (building the
+	# reply) and dbus-daemon (validating and relaying it).
+	cpu0_d=$(cpu_ticks "$DAEMON_PID") cpu0_b=$(cpu_ticks "$BUS_PID")
 	gmo=$("$TMP/busbench" managed "$ADDR" "$GMO_CALLS" 2>>"$LOG") || die "GetManagedObjects failed"
+	gmo_cpu_d=$(( ($(cpu_ticks "$DAEMON_PID") - cpu0_d) * 1000 / TICKS / GMO_CALLS ))
+	gmo_cpu_b=$(( ($(cpu_ticks "$BUS_PID") - cpu0_b) * 1000 / TICKS / GMO_CALLS ))
 	get=$(pinned "$TMP/busbench" get "$ADDR" "$GET_CALLS" "$object" org.subvold.Subvold1.Subvolume ReadOnly 2>>"$LOG") \
 		|| die "Get on $object failed"
 	getid=$(pinned "$TMP/busbench" getid "$ADDR" "$GET_CALLS" 2>>"$LOG") || die "GetId failed"
@@ -184,22 +196,54 @@ for N in "${NS[@]}"; do
 		-v gmo="$(field median_us "$gmo")" -v gmo99="$(field p99_us "$gmo")" -v bytes="$(field bytes "$gmo")" \
 		-v list="$list_ms" -v get="$(field median_us "$get")" -v get99="$(field p99_us "$get")" \
 		-v getid="$(field median_us "$getid")" -v getid99="$(field p99_us "$getid")" \
-		-v rss="$rss" -v hwm="$hwm" -v busctl="$busctl_ms" 'BEGIN {
+		-v rss="$rss" -v hwm="$hwm" -v busctl="$busctl_ms" -v cpud="$gmo_cpu_d" -v cpub="$gmo_cpu_b" 'BEGIN {
 		print n, obj, ready, gmo / 1000, gmo99 / 1000, bytes, list, sprintf("%.2f", gmo / 1000 / list),
-		      get, get99, getid, getid99, sprintf("%.2f", get / getid), rss, hwm, busctl
+		      get, get99, getid, getid99, sprintf("%.2f", get / getid), rss, hwm, busctl, cpud, cpub
 	}' >>"$TSV"
 	log "  $(tail -1 "$TSV")"
+
+	# ---- usage, with qgroups on ----
+	log "N=$N: quotas on"
+	btrfs quota enable "$MNT"
+	btrfs quota rescan -w "$MNT" >>"$LOG"
+	sync
+	quota=$("$TMP/quotabench" "$MNT" "$RUNS" 2>>"$LOG") || die "quotabench failed"
+	echo "$quota" >>"$LOG"
+	show_ms=$(hf_median_ms "btrfs qgroup show --raw $MNT") || die "btrfs qgroup show failed"
+	# The first start reads quotas and writes the cache; the next ones
+	# start warm from it (nothing changed in between).
+	cache=$TMP/cache-$N
+	mkdir -p "$cache"
+	ready=()
+	for i in $(seq 0 "$STARTS"); do
+		stop "$DAEMON_PID"
+		line=$(start_subvold --cache-dir "$cache") || die "subvold did not get ready (see $LOG)"
+		DAEMON_PID=$(field pid "$line")
+		if [ "$i" = 0 ]; then cold_ms=$(field ready_ms "$line"); else ready+=("$(field ready_ms "$line")"); fi
+	done
+	warm_ms=$(printf '%s\n' "${ready[@]}" | median)
+	getref=$(pinned "$TMP/busbench" get "$ADDR" "$GET_CALLS" "$object" org.subvold.Subvold1.Subvolume ReferencedBytes 2>>"$LOG") \
+		|| die "Get ReferencedBytes failed"
+	getid=$(pinned "$TMP/busbench" getid "$ADDR" "$GET_CALLS" 2>>"$LOG") || die "GetId failed"
+	printf '%s\n' "$getref" "$getid" >>"$LOG"
+	awk -v OFS='\t' -v n="$N" -v rd="$(field ioctl_ms "$quota")" -v sysfs="$(field sysfs_ms "$quota")" \
+		-v show="$show_ms" -v cold="$cold_ms" -v warm="$warm_ms" \
+		-v get="$(field median_us "$getref")" -v get99="$(field p99_us "$getref")" \
+		-v getid="$(field median_us "$getid")" 'BEGIN {
+		print n, rd, sysfs, show, sprintf("%.2f", rd / show), cold, warm, get, get99, getid, sprintf("%.2f", get / getid)
+	}' >>"$USAGE_TSV"
+	log "  $(tail -1 "$USAGE_TSV")"
 	teardown_fs
 done
 
 # ---- report -----------------------------------------------------------------
 {
-	printf '%6s %7s %8s %8s %8s %6s %7s %7s %7s %6s %6s %6s %7s %7s\n' \
-		N ready GMO reply "list -p" GMO/ Get "Get" GetId Get/ RSS peak busctl objects \
-		"" ms ms KiB ms list "µs" "p99 µs" "µs" GetId MiB MiB "GMO ms" ""
+	printf '%6s %7s %8s %8s %8s %6s %7s %7s %7s %6s %6s %6s %7s %7s %7s %7s\n' \
+		N ready GMO reply "list -p" GMO/ Get "Get" GetId Get/ RSS peak busctl objects "GMO cpu" "GMO cpu" \
+		"" ms ms KiB ms list "µs" "p99 µs" "µs" GetId MiB MiB "GMO ms" "" "subvold" "bus"
 	awk -F'\t' 'NR > 1 {
-		printf "%6d %7.1f %8.2f %8.1f %8.2f %6.2f %7.1f %7.1f %7.1f %6.2f %6.1f %6.1f %7.1f %7d\n",
-		       $1, $3, $4, $6 / 1024, $7, $8, $9, $10, $11, $13, $14 / 1024, $15 / 1024, $16, $2
+		printf "%6d %7.1f %8.2f %8.1f %8.2f %6.2f %7.1f %7.1f %7.1f %6.2f %6.1f %6.1f %7.1f %7d %7d %7d\n",
+		       $1, $3, $4, $6 / 1024, $7, $8, $9, $10, $11, $13, $14 / 1024, $15 / 1024, $16, $2, $17, $18
 	}' "$TSV"
 	# The issue's targets are for N=10000; shown for the largest N run.
 	awk -F'\t' 'NR > 1 { last = $0 } END {
@@ -209,5 +253,19 @@ done
 		printf "  Get <= 2x GetId:                                 %.2fx  %s\n", f[13], f[13] <= 2 ? "met" : "MISSED"
 		printf "  RSS < 12 MiB:                                    %.1f MiB  %s\n", f[14] / 1024, f[14] < 12 * 1024 ? "met" : "MISSED"
 	}' "$TSV"
+	printf '\nusage with qgroups on (subvold reads the quota tree with one ioctl; sysfs shown for comparison)\n'
+	printf '%6s %8s %8s %8s %6s %7s %7s %7s %7s %7s %6s\n' \
+		N "read" sysfs "qgroup" "read/" cold warm "Get" "Get" GetId "Get/" \
+		"" ms ms "show ms" show "rdy ms" "rdy ms" "ref µs" "p99 µs" "µs" GetId
+	awk -F'\t' 'NR > 1 {
+		printf "%6d %8.2f %8.2f %8.2f %6.2f %7.1f %7.1f %7.1f %7.1f %7.1f %6.2f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+	}' "$USAGE_TSV"
+	awk -F'\t' 'NR > 1 { last = $0 } END {
+		split(last, f, "\t")
+		printf "\ntargets at N=%d (the issue sets them at N=10000):\n", f[1]
+		printf "  usage refresh faster than btrfs qgroup show --raw: %.2fx  %s\n", f[5], f[5] < 1 ? "met" : "MISSED"
+		printf "  Get ReferencedBytes <= 2x GetId:                   %.2fx  %s\n", f[11], f[11] <= 2 ? "met" : "MISSED"
+		printf "  warm-cache start to ready < 100 ms:                %.1f ms  %s\n", f[7], f[7] < 100 ? "met" : "MISSED"
+	}' "$USAGE_TSV"
 } | tee "$RESULTS/table.txt"
 echo "results: $RESULTS" >&2
