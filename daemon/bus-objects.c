@@ -278,7 +278,7 @@ static const sd_bus_vtable subvolume_vtable[] = {
         SD_BUS_PROPERTY("ExclusiveLimitBytes", "t", NULL, offsetof(Subvolume, usage.exclusive_limit), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("UsageSource", "s", property_sv_usage, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("UsageConsistent", "b", property_sv_usage, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
-        SD_BUS_PROPERTY("UsageUpdated", "t", NULL, offsetof(Subvolume, usage.updated_usec), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("UsageUpdated", "t", NULL, offsetof(Subvolume, usage.updated_usec), 0),
         SD_BUS_METHOD_WITH_ARGS("GetStatfs", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{sv}", statfs), method_get_statfs,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
@@ -411,8 +411,16 @@ static bool strv_equal(char * const *a, char * const *b) {
         return !(a && *a) && !(b && *b);
 }
 
+/* UsageUpdated is left out: it moves on every read, and would make every
+ * subvolume signal after every commit (it emits no change signal). */
+static bool usage_equal(const Usage *a, const Usage *b) {
+        return a->referenced == b->referenced && a->exclusive == b->exclusive && a->inodes == b->inodes &&
+               a->referenced_limit == b->referenced_limit && a->exclusive_limit == b->exclusive_limit &&
+               a->source == b->source && a->consistent == b->consistent;
+}
+
 static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
-        return memcmp(&a->usage, &b->usage, sizeof(Usage)) == 0 && a->parent_id == b->parent_id && streq(a->path, b->path) &&
+        return usage_equal(&a->usage, &b->usage) && a->parent_id == b->parent_id && streq(a->path, b->path) &&
                memcmp(a->received_uuid, b->received_uuid, 16) == 0 && a->read_only == b->read_only &&
                a->generation == b->generation && a->change_generation == b->change_generation &&
                !a->snapshot_source == !b->snapshot_source &&

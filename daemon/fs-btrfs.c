@@ -49,6 +49,17 @@ int btrfs_read_fsid(int fd, uint8_t ret[16]) {
         return 0;
 }
 
+int btrfs_read_generation(int fd, uint64_t *ret) {
+        struct btrfs_ioctl_fs_info_args info = { .flags = BTRFS_FS_INFO_FLAG_GENERATION };
+
+        if (ioctl(fd, BTRFS_IOC_FS_INFO, &info) < 0)
+                return -errno;
+        if (!(info.flags & BTRFS_FS_INFO_FLAG_GENERATION))
+                return -EOPNOTSUPP;
+        *ret = info.generation;
+        return 0;
+}
+
 static int btrfs_read_devices(int fd, uint64_t max_id, char ***ret) {
         _cleanup_strv_free_ char **devices = NULL;
         size_t n = 0;
@@ -146,39 +157,12 @@ int btrfs_read_statfs(int fd, StatfsInfo *ret) {
         return 0;
 }
 
-int btrfs_read_filesystem(int fd, Filesystem *fs) {
-        struct btrfs_ioctl_fs_info_args info = { .flags = BTRFS_FS_INFO_FLAG_GENERATION };
-        char label[BTRFS_LABEL_SIZE] = {};
-        int r;
-
-        if (ioctl(fd, BTRFS_IOC_FS_INFO, &info) < 0)
-                return -errno;
-        if (ioctl(fd, BTRFS_IOC_GET_FSLABEL, label) < 0)
-                return -errno;
-        r = btrfs_read_statfs(fd, &fs->statfs);
-        if (r < 0)
-                return r;
-        label[sizeof(label) - 1] = 0;
-        fs->label = strdup(label);
-        if (!fs->label)
-                return -ENOMEM;
-        fs->generation = info.flags & BTRFS_FS_INFO_FLAG_GENERATION ? info.generation : 0;
-        r = btrfs_read_devices(fd, info.max_id, &fs->devices);
-        if (r < 0)
-                return r;
-        return btrfs_read_subvolumes(fd, fs);
-}
-
-/* Not in the 6.1 headers. */
-#ifndef BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE
-#define BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE (1ULL << 3)
-#endif
-
-/* Calls @item for every item of tree @tree_id between the two keys.  The
- * key space is one 136-bit range, so items of other types between the two
- * objectids come too: @item filters. */
+/* Calls @item for every item of tree @tree_id between the two keys, in
+ * leaves written in transaction @min_transid or later.  The key space is
+ * one 136-bit range, so items of other types between the two objectids
+ * come too: @item filters. */
 static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, uint64_t max_objectid,
-                             uint32_t min_type, uint32_t max_type,
+                             uint32_t min_type, uint32_t max_type, uint64_t min_transid,
                              int (*item)(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata),
                              void *userdata) {
         /* 64 KiB: large buffers made searches slower, not faster. */
@@ -196,12 +180,12 @@ static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, ui
                 .max_type = max_type,
                 .min_offset = 0,
                 .max_offset = UINT64_MAX,
-                .min_transid = 0,
+                .min_transid = min_transid,
                 .max_transid = UINT64_MAX,
         };
         for (;;) {
+                struct btrfs_ioctl_search_header hdr = {}, *h = &hdr;
                 size_t off = 0;
-                const struct btrfs_ioctl_search_header *h = NULL;
 
                 args->key.nr_items = UINT32_MAX;
                 args->buf_size = BUF_SIZE;
@@ -210,11 +194,13 @@ static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, ui
                 if (args->key.nr_items == 0)
                         return 0;
                 for (uint32_t i = 0; i < args->key.nr_items; i++) {
-                        h = (const void *) (args->buf + off);
-                        r = item(h, h + 1, userdata);
+                        /* Items follow each other unaligned: copy the header
+                         * out; @item copies what it reads of the data. */
+                        memcpy(&hdr, args->buf + off, sizeof(hdr));
+                        r = item(&hdr, args->buf + off + sizeof(hdr), userdata);
                         if (r < 0)
                                 return r;
-                        off += sizeof(*h) + h->len;
+                        off += sizeof(hdr) + hdr.len;
                 }
                 /* Continue right after the last key returned. */
                 args->key.min_objectid = h->objectid;
@@ -231,6 +217,65 @@ static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, ui
         }
 }
 
+/* FNV-1a over the keys and contents of the items it sees. */
+static int fingerprint_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        uint64_t *hash = userdata;
+        const uint8_t *parts[2] = { (const uint8_t *) h, data };
+        size_t lengths[2] = { sizeof(*h), h->len };
+
+        if (h->type < BTRFS_ROOT_ITEM_KEY || h->type > BTRFS_ROOT_BACKREF_KEY)
+                return 0;
+        for (size_t p = 0; p < 2; p++)
+                for (size_t i = 0; i < lengths[p]; i++)
+                        *hash = (*hash ^ parts[p][i]) * 0x100000001b3ULL;
+        return 0;
+}
+
+int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret) {
+        uint64_t hash = 0xcbf29ce484222325ULL;
+        int r;
+
+        r = btrfs_tree_search(fd, BTRFS_ROOT_TREE_OBJECTID, BTRFS_FS_TREE_OBJECTID, UINT64_MAX,
+                              BTRFS_ROOT_ITEM_KEY, BTRFS_ROOT_BACKREF_KEY, generation, fingerprint_item, &hash);
+        if (r < 0)
+                return r;
+        *ret = hash;
+        return 0;
+}
+
+int btrfs_read_filesystem(int fd, Filesystem *fs) {
+        struct btrfs_ioctl_fs_info_args info = { .flags = BTRFS_FS_INFO_FLAG_GENERATION };
+        char label[BTRFS_LABEL_SIZE] = {};
+        int r;
+
+        if (ioctl(fd, BTRFS_IOC_FS_INFO, &info) < 0)
+                return -errno;
+        if (ioctl(fd, BTRFS_IOC_GET_FSLABEL, label) < 0)
+                return -errno;
+        r = btrfs_read_statfs(fd, &fs->statfs);
+        if (r < 0)
+                return r;
+        label[sizeof(label) - 1] = 0;
+        fs->label = strdup(label);
+        if (!fs->label)
+                return -ENOMEM;
+        fs->generation = info.flags & BTRFS_FS_INFO_FLAG_GENERATION ? info.generation : 0;
+        /* Before the subvolumes: a change after this point shows in the
+         * next comparison and is not lost. */
+        r = btrfs_read_root_fingerprint(fd, fs->generation, &fs->root_fingerprint);
+        if (r < 0)
+                return r;
+        r = btrfs_read_devices(fd, info.max_id, &fs->devices);
+        if (r < 0)
+                return r;
+        return btrfs_read_subvolumes(fd, fs);
+}
+
+/* Not in the 6.1 headers. */
+#ifndef BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE
+#define BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE (1ULL << 3)
+#endif
+
 typedef struct QuotaRead {
         Filesystem *fs;
         uint64_t status_flags;
@@ -243,9 +288,11 @@ static int quota_item(const struct btrfs_ioctl_search_header *h, const void *dat
         Subvolume *sv;
 
         if (h->type == BTRFS_QGROUP_STATUS_KEY && h->len >= sizeof(struct btrfs_qgroup_status_item)) {
-                const struct btrfs_qgroup_status_item *st = data;
-                q->status_flags = le64toh(st->flags);
-                q->status_generation = le64toh(st->generation);
+                struct btrfs_qgroup_status_item st;
+
+                memcpy(&st, data, sizeof(st));
+                q->status_flags = le64toh(st.flags);
+                q->status_generation = le64toh(st.generation);
                 q->have_status = true;
                 return 0;
         }
@@ -256,14 +303,19 @@ static int quota_item(const struct btrfs_ioctl_search_header *h, const void *dat
         if (!sv)
                 return 0;  /* the qgroup of a subvolume deleted meanwhile */
         if (h->type == BTRFS_QGROUP_INFO_KEY && h->len >= sizeof(struct btrfs_qgroup_info_item)) {
-                const struct btrfs_qgroup_info_item *info = data;
-                sv->usage.referenced = le64toh(info->rfer);
-                sv->usage.exclusive = le64toh(info->excl);
+                struct btrfs_qgroup_info_item info;
+
+                memcpy(&info, data, sizeof(info));
+                sv->usage.referenced = le64toh(info.rfer);
+                sv->usage.exclusive = le64toh(info.excl);
         } else if (h->type == BTRFS_QGROUP_LIMIT_KEY && h->len >= sizeof(struct btrfs_qgroup_limit_item)) {
-                const struct btrfs_qgroup_limit_item *limit = data;
-                uint64_t flags = le64toh(limit->flags);
-                sv->usage.referenced_limit = flags & BTRFS_QGROUP_LIMIT_MAX_RFER ? le64toh(limit->max_rfer) : USAGE_UNKNOWN;
-                sv->usage.exclusive_limit = flags & BTRFS_QGROUP_LIMIT_MAX_EXCL ? le64toh(limit->max_excl) : USAGE_UNKNOWN;
+                struct btrfs_qgroup_limit_item limit;
+                uint64_t flags;
+
+                memcpy(&limit, data, sizeof(limit));
+                flags = le64toh(limit.flags);
+                sv->usage.referenced_limit = flags & BTRFS_QGROUP_LIMIT_MAX_RFER ? le64toh(limit.max_rfer) : USAGE_UNKNOWN;
+                sv->usage.exclusive_limit = flags & BTRFS_QGROUP_LIMIT_MAX_EXCL ? le64toh(limit.max_excl) : USAGE_UNKNOWN;
         }
         return 0;
 }
@@ -277,7 +329,7 @@ int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec) {
                 fs->subvolumes[i].usage = USAGE_NONE;
         /* All status, info and limit items have objectid 0. */
         r = btrfs_tree_search(fd, BTRFS_QUOTA_TREE_OBJECTID, 0, 0, BTRFS_QGROUP_STATUS_KEY, BTRFS_QGROUP_LIMIT_KEY,
-                              quota_item, &q);
+                              0, quota_item, &q);
         if (r == -ENOENT || (r >= 0 && !q.have_status)) {
                 /* No quota tree: quotas are off. */
                 fs->quota_mode = QUOTA_MODE_DISABLED;

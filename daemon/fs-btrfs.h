@@ -19,6 +19,17 @@ int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd);
 /* The filesystem UUID (fsid) of the btrfs that @fd is on. */
 int btrfs_read_fsid(int fd, uint8_t ret[16]);
 
+/* The filesystem's current transaction generation: it moves with every
+ * change (BTRFS_IOC_FS_INFO, no privilege needed). */
+int btrfs_read_generation(int fd, uint64_t *ret);
+
+/* A hash of the root tree's subvolume items (ROOT_ITEM, ROOT_REF,
+ * ROOT_BACKREF) in leaves written during transaction @generation or later.
+ * The generation moves only when a new transaction starts; this catches
+ * the subvolumes created, deleted, renamed or flipped read-only within the
+ * running one.  Cheap: unchanged leaves are not read (CAP_SYS_ADMIN). */
+int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret);
+
 /* statfs() of the filesystem @fd is on. */
 int btrfs_read_statfs(int fd, StatfsInfo *ret);
 

@@ -123,3 +123,9 @@ static inline int sys_statx(int dirfd, const char *path, int flags, unsigned mas
 /* statfs() f_flags bit saying the kernel filled f_flags in (kernel-internal
  * include/linux/statfs.h; statvfs() removes it). */
 #define ST_VALID_COMPAT 0x0020
+
+/* fanotify mount events, Linux 6.15 */
+#define FAN_MNT_ATTACH_COMPAT  0x01000000U
+#define FAN_MNT_DETACH_COMPAT  0x02000000U
+#define FAN_REPORT_MNT_COMPAT  0x00004000U
+#define FAN_MARK_MNTNS_COMPAT  0x00000110U

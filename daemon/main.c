@@ -7,6 +7,7 @@
 
 static MountSource arg_mount_source = MOUNT_SOURCE_AUTO;
 static char *arg_cache_dir = NULL;
+static uint64_t arg_exit_idle_usec = 0;
 
 static void help(void) {
         printf("Usage: %s [OPTIONS]\n\n"
@@ -18,6 +19,9 @@ static void help(void) {
                "     --cache-dir=DIR\n"
                "                   Keep the usage cache in DIR (default: $CACHE_DIRECTORY,\n"
                "                   which systemd sets; without either, nothing is persisted)\n"
+               "     --exit-idle-sec=SEC\n"
+               "                   Exit after SEC seconds without bus calls (default: never);\n"
+               "                   D-Bus activation starts subvold again on the next call\n"
                "  -v --verbose     Log debug messages too\n\n"
                "The bus address is taken from $DBUS_SYSTEM_BUS_ADDRESS when it is set.\n",
                program_invocation_short_name);
@@ -25,12 +29,13 @@ static void help(void) {
 
 /* Returns 1 to go on, 0 to exit successfully, negative on bad usage. */
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR };
+        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC };
         static const struct option options[] = {
                 { "help",      no_argument, NULL, 'h'           },
                 { "version",   no_argument, NULL, ARG_VERSION   },
                 { "mountinfo", no_argument, NULL, ARG_MOUNTINFO },
                 { "cache-dir", required_argument, NULL, ARG_CACHE_DIR },
+                { "exit-idle-sec", required_argument, NULL, ARG_EXIT_IDLE_SEC },
                 { "verbose",   no_argument, NULL, 'v'           },
                 {}
         };
@@ -53,6 +58,19 @@ static int parse_argv(int argc, char *argv[]) {
                         if (!arg_cache_dir)
                                 return -ENOMEM;
                         break;
+                case ARG_EXIT_IDLE_SEC: {
+                        char *end;
+                        unsigned long sec;
+
+                        errno = 0;
+                        sec = strtoul(optarg, &end, 10);
+                        if (errno || *end || !*optarg || optarg[0] == '-' || sec > 86400 * 365) {
+                                log_error("Invalid --exit-idle-sec value: %s", optarg);
+                                return -EINVAL;
+                        }
+                        arg_exit_idle_usec = (uint64_t) sec * 1000000;
+                        break;
+                }
                 case 'v':
                         log_max_level = LOG_LEVEL_DEBUG;
                         break;
@@ -88,7 +106,7 @@ int main(int argc, char *argv[]) {
          * one large reply does not stay in our RSS. */
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 
-        r = manager_new(arg_mount_source, arg_cache_dir, &m);
+        r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, &m);
         free(arg_cache_dir);
         if (r < 0) {
                 log_error_errno(r, "Failed to allocate the manager: %m");

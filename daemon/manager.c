@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <inttypes.h>
 #include <signal.h>
 #include <time.h>
 #include <systemd/sd-daemon.h>
@@ -11,13 +12,14 @@
 #include "manager.h"
 #include "util.h"
 
-int manager_new(MountSource source, const char *cache_dir, Manager **ret) {
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, Manager **ret) {
         Manager *m = calloc(1, sizeof(Manager));
         int r;
 
         if (!m)
                 return -ENOMEM;
         m->mount_source = source;
+        m->exit_idle_usec = exit_idle_usec;
         if (cache_dir && !(m->cache_dir = strdup(cache_dir))) {
                 manager_free(m);
                 return -ENOMEM;
@@ -34,7 +36,9 @@ int manager_new(MountSource source, const char *cache_dir, Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
-        sd_event_source_unref(m->usage_timer);
+        sd_event_source_disable_unref(m->refresh_timer);
+        sd_event_source_disable_unref(m->idle_timer);
+        watch_free(m->watch);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
         model_free(m->model);
@@ -77,32 +81,44 @@ static void manager_save_cache(Manager *m) {
         m->cache_write_failed = r < 0;
 }
 
-static int on_usage_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+static int on_refresh_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
+        int r;
 
-        (void) manager_refresh(m);
+        r = manager_refresh(m);
+        if (r < 0)
+                log_warning_errno(r, "Refresh failed, keeping the previous model: %m");
         return 0;
 }
 
-/* Arms the one-shot timer that reads stale usage again. */
-static void manager_schedule_usage(Manager *m) {
-        uint64_t when;
-        int r;
+void manager_schedule_refresh(Manager *m, uint64_t delay_usec) {
+        uint64_t now, when, armed;
+        int r, enabled;
 
-        r = sd_event_now(m->event, CLOCK_MONOTONIC, &when);
+        r = sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         if (r < 0)
                 goto fail;
-        when += USAGE_READ_INTERVAL_USEC;
-        if (m->usage_timer) {
-                r = sd_event_source_set_time(m->usage_timer, when);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(m->usage_timer, SD_EVENT_ONESHOT);
-        } else
-                r = sd_event_add_time(m->event, &m->usage_timer, CLOCK_MONOTONIC, when, 0, on_usage_timer, m);
+        when = now + delay_usec;
+        if (m->last_refresh && when < m->last_refresh + REFRESH_INTERVAL_USEC)
+                when = m->last_refresh + REFRESH_INTERVAL_USEC;
+        if (!m->refresh_timer) {
+                /* A new time source is a one-shot already. */
+                r = sd_event_add_time(m->event, &m->refresh_timer, CLOCK_MONOTONIC, when, 0, on_refresh_timer, m);
+                if (r < 0)
+                        goto fail;
+                return;
+        }
+        /* Already due sooner: that refresh will see this change too. */
+        r = sd_event_source_get_enabled(m->refresh_timer, &enabled);
+        if (r > 0 && sd_event_source_get_time(m->refresh_timer, &armed) >= 0 && armed <= when)
+                return;
+        r = sd_event_source_set_time(m->refresh_timer, when);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(m->refresh_timer, SD_EVENT_ONESHOT);
         if (r >= 0)
                 return;
 fail:
-        log_warning_errno(r, "Failed to schedule a usage update: %m");
+        log_warning_errno(r, "Failed to schedule a refresh: %m");
 }
 
 int manager_refresh(Manager *m) {
@@ -111,6 +127,7 @@ int manager_refresh(Manager *m) {
         bool pending;
         int r;
 
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);
         r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
         if (r < 0)
                 return r;
@@ -121,7 +138,9 @@ int manager_refresh(Manager *m) {
         if (usage_was_read(old, new))
                 manager_save_cache(m);
         if (pending)
-                manager_schedule_usage(m);
+                manager_schedule_refresh(m, USAGE_READ_INTERVAL_USEC);
+        if (m->watch)
+                watch_update(m->watch);
         return 0;
 }
 
@@ -145,6 +164,56 @@ static int manager_load(Manager *m) {
         if (r < 0)
                 return r;
         return 0;
+}
+
+static void on_watch_change(void *userdata) {
+        /* A short delay gathers a burst of changes into one refresh. */
+        manager_schedule_refresh(userdata, 50 * 1000);
+}
+
+/* ---- exit when idle ---- */
+
+static int on_bus_message(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_activity);
+        return 0;  /* let it be dispatched as usual */
+}
+
+static int on_idle_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        if (usec < m->last_activity + m->exit_idle_usec) {
+                /* Something happened since: wait for the rest of the quiet period. */
+                r = sd_event_source_set_time(s, m->last_activity + m->exit_idle_usec);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+                return r;
+        }
+        /* Give the name up first, so that the bus activates a new instance
+         * for the next call, then answer what is already queued. */
+        log_info("Idle for %" PRIu64 " s, exiting; the next call starts subvold again.",
+                 m->exit_idle_usec / 1000000);
+        r = sd_bus_release_name(m->bus, SUBVOLD_BUS_NAME);
+        if (r < 0)
+                log_warning_errno(r, "Failed to release the bus name: %m");
+        while (sd_bus_process(m->bus, NULL) > 0)
+                ;
+        return sd_event_exit(m->event, 0);
+}
+
+static int manager_watch_idle(Manager *m) {
+        int r;
+
+        if (m->exit_idle_usec == 0)
+                return 0;
+        r = sd_bus_add_filter(m->bus, NULL, on_bus_message, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_activity);
+        return sd_event_add_time(m->event, &m->idle_timer, CLOCK_MONOTONIC, m->last_activity + m->exit_idle_usec,
+                                 0, on_idle_timer, m);
 }
 
 static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
@@ -189,11 +258,19 @@ int manager_start(Manager *m) {
         r = sd_bus_set_exit_on_disconnect(m->bus, true);
         if (r < 0)
                 return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
+        r = watch_new(m->event, &m->model, on_watch_change, m, &m->watch);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch for changes: %m");
+        r = manager_watch_idle(m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up exit-when-idle: %m");
         r = sd_bus_request_name(m->bus, SUBVOLD_BUS_NAME, 0);
         if (r < 0)
                 return log_error_errno(r, "Failed to acquire the bus name " SUBVOLD_BUS_NAME ": %m");
 
-        log_info("Publishing %zu btrfs filesystem(s) as " SUBVOLD_BUS_NAME ".", m->model->n_filesystems);
+        log_info("Publishing %zu btrfs filesystem(s) as " SUBVOLD_BUS_NAME "; mounts from %s.",
+                 m->model->n_filesystems,
+                 m->model->mounts.source == MOUNT_SOURCE_LISTMOUNT ? "listmount()" : "/proc/self/mountinfo");
         (void) sd_notify(false, "READY=1\nSTATUS=Publishing subvolumes.");
         return 0;
 }

@@ -9,6 +9,11 @@
 
 #include "model.h"
 #include "mounts.h"
+#include "watch.h"
+
+/* Refreshes run at most this often, so that no object emits more than one
+ * PropertiesChanged per second (Refresh() from root excepted). */
+#define REFRESH_INTERVAL_USEC (1000 * 1000ULL)
 
 typedef struct Manager {
         sd_event *event;
@@ -17,11 +22,17 @@ typedef struct Manager {
         MountSource mount_source;
         char *cache_dir;       /* where the usage cache lives; NULL: not persisted */
         bool cache_write_failed;
-        sd_event_source *usage_timer;  /* re-reads usage that is knowingly stale */
+        Watch *watch;
+        sd_event_source *refresh_timer;  /* the next refresh, when one is due */
+        uint64_t last_refresh;           /* CLOCK_MONOTONIC */
+        uint64_t exit_idle_usec;         /* 0: never exit when idle */
+        uint64_t last_activity;          /* CLOCK_MONOTONIC, of the last bus message */
+        sd_event_source *idle_timer;
 } Manager;
 
-/* @cache_dir may be NULL (no persistent usage cache). */
-int manager_new(MountSource source, const char *cache_dir, Manager **ret);
+/* @cache_dir may be NULL (no persistent usage cache); @exit_idle_usec 0
+ * keeps the daemon running. */
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, Manager **ret);
 Manager *manager_free(Manager *m);
 static inline void manager_freep(Manager **m) {
         manager_free(*m);
@@ -34,6 +45,10 @@ int manager_start(Manager *m);
 /* Enumerates everything again and publishes the new model, emitting the
  * change signals.  On failure the old model stays published. */
 int manager_refresh(Manager *m);
+
+/* Asks for a refresh soon: after @delay_usec, and no sooner than
+ * REFRESH_INTERVAL_USEC after the previous one. */
+void manager_schedule_refresh(Manager *m, uint64_t delay_usec);
 
 /* Runs until SIGTERM/SIGINT or the bus goes away. */
 int manager_run(Manager *m);

@@ -79,6 +79,7 @@ struct Filesystem {
         char **mount_points;           /* sorted, NULL-terminated */
         StatfsInfo statfs;             /* of the mount it was read through */
         uint64_t generation;
+        uint64_t root_fingerprint;     /* see btrfs_read_root_fingerprint() */
         QuotaMode quota_mode;
         bool quota_consistent;
         uint64_t usage_read_usec;      /* when usage was last read from the kernel */

@@ -10,6 +10,7 @@
 #        RESULTS        output dir (default: <build>/bench-results/<time>)
 #        PIN_CPU=0      CPU for the Get/GetId calls ("" = no pinning)
 #        STARTS=3 GMO_CALLS=20 GET_CALLS=1000 RUNS=10 WARMUP=3 IMG_SIZE=4G
+#        IDLE_N=1000 IDLE_SEC=60  (idle CPU is measured at this N only)
 #
 # Get and GetId run with client, bus and subvold on one CPU: on a VM a
 # wakeup across CPUs costs tens of µs and lands at random, which made
@@ -24,6 +25,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NS=("$@"); [ ${#NS[@]} -gt 0 ] || NS=(100 1000 10000)
 STARTS=${STARTS:-3} GMO_CALLS=${GMO_CALLS:-20} GET_CALLS=${GET_CALLS:-1000}
 RUNS=${RUNS:-10} WARMUP=${WARMUP:-3} IMG_SIZE=${IMG_SIZE:-4G} PIN_CPU=${PIN_CPU-0}
+IDLE_N=${IDLE_N:-1000} IDLE_SEC=${IDLE_SEC:-60}
 read -ra DAEMON_ARGS <<<"${SUBVOLD_ARGS:-}"
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
@@ -188,6 +190,17 @@ for N in "${NS[@]}"; do
 	rss=$(awk '/^VmRSS/ {print $2}' "/proc/$DAEMON_PID/status")
 	hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
 
+	idle=-
+	if [ "$N" = "$IDLE_N" ]; then
+		# Nothing changes now: what does watching cost?
+		log "  idle CPU over ${IDLE_SEC} s"
+		t0=$(cpu_ticks "$DAEMON_PID")
+		sleep "$IDLE_SEC"
+		idle=$(awk -v d=$(( $(cpu_ticks "$DAEMON_PID") - t0 )) -v hz="$TICKS" -v s="$IDLE_SEC" \
+			'BEGIN {printf "%.3f", d / hz / s * 100}')
+		echo "N=$N idle_cpu_percent=$idle" >>"$RESULTS/idle.txt"
+	fi
+
 	list_ms=$(hf_median_ms "btrfs subvolume list -p $MNT") || die "btrfs subvolume list failed"
 	busctl_ms=$(hf_median_ms "busctl --address=$ADDR --json=short call org.subvold.Subvold1 /org/subvold/Subvold1 org.freedesktop.DBus.ObjectManager GetManagedObjects") \
 		|| die "busctl GetManagedObjects failed"
@@ -267,5 +280,9 @@ done
 		printf "  Get ReferencedBytes <= 2x GetId:                   %.2fx  %s\n", f[11], f[11] <= 2 ? "met" : "MISSED"
 		printf "  warm-cache start to ready < 100 ms:                %.1f ms  %s\n", f[7], f[7] < 100 ? "met" : "MISSED"
 	}' "$USAGE_TSV"
+	if [ -f "$RESULTS/idle.txt" ]; then
+		printf '\nidle CPU of subvold, nothing changing (target: under 0.1%% of one core at N=1000):\n'
+		sed 's/^/  /' "$RESULTS/idle.txt"
+	fi
 } | tee "$RESULTS/table.txt"
 echo "results: $RESULTS" >&2

@@ -8,8 +8,8 @@ PACKAGES=(
 	meson ninja-build pkg-config gcc libc6-dev libsystemd-dev libbtrfsutil-dev libglib2.0-dev
 	# run and inspect: busctl, systemd-analyze, a bus, btrfs tools
 	systemd dbus-daemon dbus-bin btrfs-progs util-linux mount
-	# tests: gdbus, python3 (meson needs it anyway)
-	libglib2.0-bin python3
+	# tests: gdbus, python3 (meson needs it anyway), a systemd container
+	libglib2.0-bin python3 debootstrap systemd-container
 	# benchmark
 	hyperfine
 )

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -216,7 +217,7 @@ class Daemon:
     socket, as systemd would.  stop() checks for a clean exit: status 0 on
     SIGTERM and no sanitizer report."""
 
-    def __init__(self, test, bus, *args):
+    def __init__(self, test, bus, *args, wrapper=()):
         self.test = test
         notify_path = test.path(f"notify-{time.monotonic_ns()}")
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -224,7 +225,7 @@ class Daemon:
         self.stderr_path = test.path(f"subvold-{time.monotonic_ns()}.log")
         self.stderr = open(self.stderr_path, "wb")
         env = dict(bus.env, NOTIFY_SOCKET=notify_path)
-        self.proc = subprocess.Popen([SUBVOLD, *args], env=env, stdout=self.stderr, stderr=self.stderr)
+        self.proc = subprocess.Popen([*wrapper, SUBVOLD, *args], env=env, stdout=self.stderr, stderr=self.stderr)
         self.stopped = False
         test.stack.callback(self._cleanup)
         self._wait_ready()
@@ -269,6 +270,46 @@ class Daemon:
 
     def open_fds(self):
         return {os.readlink(f"/proc/{self.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{self.proc.pid}/fd")}
+
+    def status(self, field):
+        """A number from /proc/PID/status (VmRSS in kB, voluntary_ctxt_switches, ...)."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        raise KeyError(field)
+
+
+class Monitor:
+    """Signals from subvold as a client sees them: `gdbus monitor`, one
+    (arrival time, line) per signal."""
+
+    def __init__(self, test, bus):
+        self.lines = []
+        self.proc = subprocess.Popen(["gdbus", "monitor", "--system", "--dest", BUS_NAME], env=bus.env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        test.stack.callback(self.proc.stdout.close)
+        test.stack.callback(_terminate, self.proc)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        wait_for(lambda: any("is owned by" in l for _, l in self.lines), "gdbus monitor to start")
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def mark(self):
+        return len(self.lines)
+
+    def wait(self, *needles, since=0, timeout=30):
+        """Waits for a line after @since containing every needle; returns it."""
+        found = []
+        wait_for(lambda: found.extend(l for _, l in self.lines[since:] if all(n in l for n in needles)) or found,
+                 f"a signal with {needles}", timeout=timeout)
+        return found[0]
+
+    def times(self, *needles, since=0):
+        return [t for t, l in self.lines[since:] if all(n in l for n in needles)]
 
 
 def bytestring(data):

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Notices change without polling everything: the mount table through
+ * fanotify mount events (Linux 6.15) and POLLPRI on /proc/self/mountinfo
+ * (remounts, and older kernels), and the published filesystems through a
+ * timer that compares each one's generation (one ioctl per filesystem).
+ * The timer runs only while some btrfs is published.  Whatever it sees, it
+ * reports through one callback; the manager decides when to refresh. */
+
+#include <systemd/sd-event.h>
+
+#include "model.h"
+
+/* How often the filesystems' generations are compared. */
+#define WATCH_GENERATION_INTERVAL_USEC (500 * 1000ULL)
+
+typedef struct Watch Watch;
+typedef void (*watch_callback_t)(void *userdata);
+
+/* @model points to the manager's current model. */
+int watch_new(sd_event *event, Model **model, watch_callback_t on_change, void *userdata, Watch **ret);
+Watch *watch_free(Watch *w);
+
+/* Runs the generation timer while the model has filesystems, and stops it
+ * otherwise; call after each refresh. */
+void watch_update(Watch *w);
