@@ -143,7 +143,12 @@ class DaemonTest(TestCase):
                     f"{prefix}/share/dbus-1/system-services/org.subvold.Subvold1.service",
                     f"{prefix}/share/dbus-1/interfaces/org.subvold.Subvold1.xml",
                     f"{unitdir}/subvold.service"]
-        for path in expected:
+        bindir = next(o["value"] for o in json.loads(run("meson", "introspect", "--buildoptions", BUILD_DIR).decode())
+                      if o["name"] == "bindir")
+        mandir = next(o["value"] for o in json.loads(run("meson", "introspect", "--buildoptions", BUILD_DIR).decode())
+                      if o["name"] == "mandir")
+        for path in expected + [f"{prefix}/{bindir}/subvolctl", f"{prefix}/{mandir}/man8/subvold.8",
+                                f"{prefix}/{mandir}/man1/subvolctl.1"]:
             self.assertTrue(os.path.isfile(dest + path), path)
         execs = set()
         for path, key in ((expected[1], "Exec="), (expected[3], "ExecStart=")):

@@ -1,0 +1,965 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* subvolctl: a command-line client of subvold, over sd-bus. */
+#include <fcntl.h>
+#include <ctype.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <systemd/sd-bus.h>
+
+#include "bus-util.h"
+#include "mounts.h"
+#include "util.h"
+
+/* Exit codes, for scripts. */
+enum {
+        EXIT_OK = 0,
+        EXIT_FAILED = 1,       /* subvold answered with an error */
+        EXIT_USAGE = 2,        /* bad command line */
+        EXIT_NO_DAEMON = 3,    /* subvold (or the bus) cannot be reached */
+        EXIT_NOT_BTRFS = 4,    /* the path is not on btrfs */
+        EXIT_NOT_FOUND = 5,    /* no such subvolume or filesystem */
+};
+
+#define UNKNOWN UINT64_MAX
+
+static const char *arg_address = NULL;
+static bool arg_json = false, arg_bytes = false;
+static int arg_snapshots = -1;  /* -1: all, 1: only snapshots, 0: no snapshots */
+static const char *arg_fs = NULL;
+
+/* ---- what subvold publishes, as far as subvolctl needs it ---- */
+
+typedef struct Sv {
+        char *object, *filesystem, *display_path, *snapshot_source, *usage_source, *access_path;
+        uint64_t id, parent_id, referenced, exclusive, inodes, referenced_limit, exclusive_limit;
+        int is_snapshot, read_only, usage_consistent;
+} Sv;
+
+typedef struct Fs {
+        char *object, *uuid, *label, *quota_mode;
+        uint64_t size, used, free, available;
+} Fs;
+
+typedef struct Objects {
+        Sv *svs;
+        size_t n_svs, allocated_svs;
+        Fs *fss;
+        size_t n_fss, allocated_fss;
+} Objects;
+
+static void objects_done(Objects *o) {
+        for (size_t i = 0; i < o->n_svs; i++) {
+                Sv *s = &o->svs[i];
+                free(s->object), free(s->filesystem), free(s->display_path), free(s->snapshot_source);
+                free(s->usage_source), free(s->access_path);
+        }
+        for (size_t i = 0; i < o->n_fss; i++) {
+                Fs *f = &o->fss[i];
+                free(f->object), free(f->uuid), free(f->label), free(f->quota_mode);
+        }
+        free(o->svs);
+        free(o->fss);
+}
+
+static int log_bus_error(const sd_bus_error *e, int r) {
+        if (sd_bus_error_has_name(e, SUBVOLD_ERROR_NOT_BTRFS)) {
+                fprintf(stderr, "%s\n", e->message);
+                return EXIT_NOT_BTRFS;
+        }
+        if (sd_bus_error_has_name(e, SUBVOLD_ERROR_NOT_FOUND)) {
+                fprintf(stderr, "%s\n", e->message);
+                return EXIT_NOT_FOUND;
+        }
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER,
+                                   SD_BUS_ERROR_NO_REPLY, SD_BUS_ERROR_DISCONNECTED)) {
+                fprintf(stderr, "subvold is not running (%s).\n", e->message);
+                return EXIT_NO_DAEMON;
+        }
+        fprintf(stderr, "subvold: %s\n", sd_bus_error_is_set(e) ? e->message : strerror(-r));
+        return EXIT_FAILED;
+}
+
+static int connect_bus(sd_bus **ret) {
+        int r;
+
+        if (arg_address) {
+                r = sd_bus_new(ret);
+                if (r >= 0)
+                        r = sd_bus_set_address(*ret, arg_address);
+                if (r >= 0)
+                        r = sd_bus_set_bus_client(*ret, true);
+                if (r >= 0)
+                        r = sd_bus_start(*ret);
+        } else
+                r = sd_bus_open_system(ret);
+        if (r < 0) {
+                fprintf(stderr, "Cannot connect to the bus: %s\n", strerror(-r));
+                return EXIT_NO_DAEMON;
+        }
+        return 0;
+}
+
+/* Reads one property value of the kinds subvold uses into @sv/@fs fields. */
+static int read_string(sd_bus_message *m, char **ret) {
+        const char *s;
+        char type;
+        int r = sd_bus_message_peek_type(m, &type, NULL);
+
+        if (r < 0)
+                return r;
+        r = sd_bus_message_read_basic(m, type, &s);
+        if (r < 0)
+                return r;
+        free(*ret);
+        *ret = strdup(s);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int read_first_bytestring(sd_bus_message *m, char **ret) {
+        const void *p;
+        size_t n;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "ay");
+        if (r < 0)
+                return r;
+        r = sd_bus_message_read_array(m, 'y', &p, &n);
+        if (r > 0 && n > 0) {
+                free(*ret);
+                *ret = strndup(p, n - 1);
+                if (!*ret)
+                        return -ENOMEM;
+        }
+        while (r > 0)
+                r = sd_bus_message_read_array(m, 'y', &p, &n);
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static int read_subvolume_property(sd_bus_message *m, const char *name, Sv *s) {
+        struct { const char *name; uint64_t *field; } u64[] = {
+                { "Id", &s->id }, { "ParentId", &s->parent_id }, { "ReferencedBytes", &s->referenced },
+                { "ExclusiveBytes", &s->exclusive }, { "Inodes", &s->inodes },
+                { "ReferencedLimitBytes", &s->referenced_limit }, { "ExclusiveLimitBytes", &s->exclusive_limit },
+        };
+        struct { const char *name; int *field; } bools[] = {
+                { "IsSnapshot", &s->is_snapshot }, { "ReadOnly", &s->read_only },
+                { "UsageConsistent", &s->usage_consistent },
+        };
+        struct { const char *name; char **field; } strings[] = {
+                { "Filesystem", &s->filesystem }, { "DisplayPath", &s->display_path },
+                { "SnapshotSource", &s->snapshot_source }, { "UsageSource", &s->usage_source },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(u64); i++)
+                if (streq(name, u64[i].name))
+                        return sd_bus_message_read_basic(m, 't', u64[i].field);
+        for (size_t i = 0; i < ELEMENTSOF(bools); i++)
+                if (streq(name, bools[i].name))
+                        return sd_bus_message_read_basic(m, 'b', bools[i].field);
+        for (size_t i = 0; i < ELEMENTSOF(strings); i++)
+                if (streq(name, strings[i].name))
+                        return read_string(m, strings[i].field);
+        if (streq(name, "AccessPaths"))
+                return read_first_bytestring(m, &s->access_path);
+        return 0;  /* not needed here: skipped by the caller */
+}
+
+static int read_fs_property(sd_bus_message *m, const char *name, Fs *f) {
+        struct { const char *name; uint64_t *field; } u64[] = {
+                { "Size", &f->size }, { "Used", &f->used }, { "Free", &f->free }, { "Available", &f->available },
+        };
+        struct { const char *name; char **field; } strings[] = {
+                { "Uuid", &f->uuid }, { "Label", &f->label }, { "QuotaMode", &f->quota_mode },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(u64); i++)
+                if (streq(name, u64[i].name))
+                        return sd_bus_message_read_basic(m, 't', u64[i].field);
+        for (size_t i = 0; i < ELEMENTSOF(strings); i++)
+                if (streq(name, strings[i].name))
+                        return read_string(m, strings[i].field);
+        return 0;
+}
+
+/* Reads a{sv} into @sv or @fs; unknown properties are skipped. */
+static int read_properties(sd_bus_message *m, Sv *sv, Fs *fs) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *name, *contents;
+                int consumed;
+
+                r = sd_bus_message_read(m, "s", &name);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_peek_type(m, NULL, &contents);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_enter_container(m, 'v', contents);
+                if (r < 0)
+                        return r;
+                consumed = sd_bus_message_at_end(m, false);
+                r = sv ? read_subvolume_property(m, name, sv) : read_fs_property(m, name, fs);
+                if (r < 0)
+                        return r;
+                if (sd_bus_message_at_end(m, false) == consumed)  /* nothing read: skip */
+                        sd_bus_message_skip(m, contents);
+                r = sd_bus_message_exit_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static int cmp_sv(const void *a, const void *b) {
+        const Sv *x = a, *y = b;
+        int c = strcmp(x->filesystem ? x->filesystem : "", y->filesystem ? y->filesystem : "");
+        return c ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+static int load_objects(sd_bus *bus, Objects *o) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        int r;
+
+        r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, "org.freedesktop.DBus.ObjectManager",
+                               "GetManagedObjects", &error, &reply, "");
+        if (r < 0) {
+                r = log_bus_error(&error, r);
+                sd_bus_error_free(&error);
+                return -r;
+        }
+        r = sd_bus_message_enter_container(reply, 'a', "{oa{sa{sv}}}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "oa{sa{sv}}")) > 0) {
+                const char *path;
+
+                r = sd_bus_message_read(reply, "o", &path);
+                if (r >= 0)
+                        r = sd_bus_message_enter_container(reply, 'a', "{sa{sv}}");
+                while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sa{sv}")) > 0) {
+                        const char *iface;
+
+                        r = sd_bus_message_read(reply, "s", &iface);
+                        if (r < 0)
+                                break;
+                        if (streq(iface, SUBVOLD_IFACE_SUBVOLUME)) {
+                                if (grow_array(&o->svs, &o->allocated_svs, o->n_svs + 1, sizeof(Sv)) < 0)
+                                        return -ENOMEM;
+                                o->svs[o->n_svs] = (Sv) { .object = strdup(path), .referenced = UNKNOWN,
+                                                          .exclusive = UNKNOWN, .inodes = UNKNOWN,
+                                                          .referenced_limit = UNKNOWN, .exclusive_limit = UNKNOWN };
+                                r = read_properties(reply, &o->svs[o->n_svs++], NULL);
+                        } else if (streq(iface, SUBVOLD_IFACE_FS)) {
+                                if (grow_array(&o->fss, &o->allocated_fss, o->n_fss + 1, sizeof(Fs)) < 0)
+                                        return -ENOMEM;
+                                o->fss[o->n_fss] = (Fs) { .object = strdup(path) };
+                                r = read_properties(reply, NULL, &o->fss[o->n_fss++]);
+                        } else
+                                r = sd_bus_message_skip(reply, "a{sv}");
+                        if (r >= 0)
+                                r = sd_bus_message_exit_container(reply);
+                }
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(reply);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(reply);
+        }
+        if (r < 0) {
+                fprintf(stderr, "Cannot parse subvold's reply: %s\n", strerror(-r));
+                return -EXIT_FAILED;
+        }
+        qsort(o->svs, o->n_svs, sizeof(Sv), cmp_sv);
+        return 0;
+}
+
+/* ---- output ---- */
+
+/* IEC sizes like df -h ("4.0M", "12G"), or exact bytes with --bytes;
+ * "-" when unknown. */
+static const char *format_size(uint64_t v, char buf[static 32]) {
+        static const char units[] = "BKMGTPE";
+        double d = (double) v;
+        size_t u = 0;
+
+        if (v == UNKNOWN)
+                return "-";
+        if (arg_bytes) {
+                snprintf(buf, 32, "%" PRIu64, v);
+                return buf;
+        }
+        while (d >= 1024 && u < sizeof(units) - 2) {
+                d /= 1024;
+                u++;
+        }
+        if (u == 0)
+                snprintf(buf, 32, "%" PRIu64 "B", v);
+        else
+                snprintf(buf, 32, d < 10 ? "%.1f%c" : "%.0f%c", d < 10 ? ceil(d * 10) / 10 : ceil(d), units[u]);
+        return buf;
+}
+
+static void json_string(FILE *f, const char *s) {
+        fputc('"', f);
+        for (; s && *s; s++) {
+                unsigned char c = (unsigned char) *s;
+                if (c == '"' || c == '\\')
+                        fprintf(f, "\\%c", c);
+                else if (c < 0x20)
+                        fprintf(f, "\\u%04x", c);
+                else
+                        fputc(c, f);
+        }
+        fputc('"', f);
+}
+
+/* JSON numbers for sizes; null for unknown. */
+static void json_u64(FILE *f, const char *key, uint64_t v, bool comma) {
+        fprintf(f, "\"%s\":", key);
+        if (v == UNKNOWN)
+                fputs("null", f);
+        else
+                fprintf(f, "%" PRIu64, v);
+        if (comma)
+                fputc(',', f);
+}
+
+static const Fs *find_fs(const Objects *o, const char *object) {
+        for (size_t i = 0; i < o->n_fss; i++)
+                if (streq(o->fss[i].object, object))
+                        return &o->fss[i];
+        return NULL;
+}
+
+/* ---- commands ---- */
+
+/* Resolves --fs (a UUID, with or without dashes, or a path) to a
+ * Filesystem object path. */
+static int resolve_fs(sd_bus *bus, const Objects *o, const char *spec, char **ret) {
+        if (spec[0] == '/') {
+                _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+                sd_bus_error error = SD_BUS_ERROR_NULL;
+                const char *sv;
+                int r;
+
+                r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, SUBVOLD_IFACE_MANAGER,
+                                       "GetSubvolumeByPath", &error, &reply, "s", spec);
+                if (r < 0) {
+                        r = log_bus_error(&error, r);
+                        sd_bus_error_free(&error);
+                        return -r;
+                }
+                if (sd_bus_message_read(reply, "o", &sv) < 0)
+                        return -EXIT_FAILED;
+                for (size_t i = 0; i < o->n_svs; i++)
+                        if (streq(o->svs[i].object, sv))
+                                return (*ret = strdup(o->svs[i].filesystem)) ? 0 : -EXIT_FAILED;
+                return -EXIT_NOT_FOUND;
+        }
+        for (size_t i = 0; i < o->n_fss; i++) {
+                const char *u = o->fss[i].uuid, *s = spec;
+                /* compare ignoring dashes, case-insensitively */
+                for (; *u || *s; u += *u != 0, s += *s != 0) {
+                        while (*u == '-')
+                                u++;
+                        while (*s == '-')
+                                s++;
+                        if (tolower((unsigned char) *u) != tolower((unsigned char) *s))
+                                break;
+                }
+                if (!*u && !*s)
+                        return (*ret = strdup(o->fss[i].object)) ? 0 : -EXIT_FAILED;
+        }
+        fprintf(stderr, "No btrfs filesystem %s is known to subvold.\n", spec);
+        return -EXIT_NOT_FOUND;
+}
+
+static int cmd_list(sd_bus *bus, int argc, char **argv) {
+        _cleanup_free_ char *fs = NULL;
+        Objects o = {};
+        bool first = true;
+        int r;
+
+        r = load_objects(bus, &o);
+        if (r >= 0 && arg_fs)
+                r = resolve_fs(bus, &o, arg_fs, &fs);
+        if (r < 0) {
+                objects_done(&o);
+                return -r;
+        }
+        if (arg_json)
+                putchar('[');
+        else
+                printf("%-8s %-5s %10s %10s %10s  %s\n", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH");
+        for (size_t i = 0; i < o.n_svs; i++) {
+                const Sv *s = &o.svs[i];
+                char b1[32], b2[32], b3[32];
+
+                if ((arg_snapshots == 1 && !s->is_snapshot) || (arg_snapshots == 0 && s->is_snapshot) ||
+                    (fs && !streq(fs, s->filesystem)))
+                        continue;
+                if (arg_json) {
+                        printf("%s{\"object\":", first ? "" : ",");
+                        json_string(stdout, s->object);
+                        printf(",\"filesystem\":");
+                        json_string(stdout, find_fs(&o, s->filesystem) ? find_fs(&o, s->filesystem)->uuid : "");
+                        printf(",\"id\":%" PRIu64 ",\"path\":", s->id);
+                        json_string(stdout, s->display_path);
+                        printf(",\"snapshot\":%s,\"read_only\":%s,", s->is_snapshot ? "true" : "false",
+                               s->read_only ? "true" : "false");
+                        json_u64(stdout, "referenced", s->referenced, true);
+                        json_u64(stdout, "exclusive", s->exclusive, true);
+                        json_u64(stdout, "inodes", s->inodes, true);
+                        printf("\"source\":");
+                        json_string(stdout, s->usage_source);
+                        putchar('}');
+                        first = false;
+                        continue;
+                }
+                printf("%-8" PRIu64 " %c%c    %10s %10s %10s  %s\n", s->id, s->is_snapshot ? 'S' : '-',
+                       s->read_only ? 'R' : '-', format_size(s->referenced, b1), format_size(s->exclusive, b2),
+                       s->inodes == UNKNOWN ? "-" : (snprintf(b3, sizeof b3, "%" PRIu64, s->inodes), b3),
+                       s->display_path);
+        }
+        if (arg_json)
+                puts("]");
+        objects_done(&o);
+        return EXIT_OK;
+}
+
+/* Reads GetStatfs's a{sv} into the numbers df shows. */
+typedef struct Df {
+        uint64_t bsize, blocks, bfree, bavail, files;
+} Df;
+
+static int read_statfs(sd_bus_message *m, Df *d) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key, *contents;
+                uint64_t *field = NULL;
+
+                r = sd_bus_message_read(m, "s", &key);
+                if (r >= 0)
+                        r = sd_bus_message_peek_type(m, NULL, &contents);
+                if (r < 0)
+                        break;
+                field = streq(key, "bsize") ? &d->bsize : streq(key, "blocks") ? &d->blocks :
+                        streq(key, "bfree") ? &d->bfree : streq(key, "bavail") ? &d->bavail :
+                        streq(key, "files") ? &d->files : NULL;
+                r = field ? sd_bus_message_read(m, "v", "t", field) : sd_bus_message_skip(m, "v");
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+        }
+        if (r >= 0)
+                r = sd_bus_message_exit_container(m);
+        return r;
+}
+
+static void print_df_row(const Sv *s, const Df *d, const char *mounted_on, bool *first) {
+        uint64_t size = d->blocks * d->bsize, used = (d->blocks - d->bfree) * d->bsize, avail = d->bavail * d->bsize;
+        /* As df: used / (used + available), rounded up. */
+        unsigned pct = used + avail ? (unsigned) ((used * 100 + used + avail - 1) / (used + avail)) : 0;
+        char b1[32], b2[32], b3[32];
+
+        if (arg_json) {
+                printf("%s{\"object\":", *first ? "" : ",");
+                json_string(stdout, s->object);
+                printf(",\"path\":");
+                json_string(stdout, s->display_path);
+                printf(",\"size\":%" PRIu64 ",\"used\":%" PRIu64 ",\"available\":%" PRIu64
+                       ",\"use_percent\":%u,\"inodes\":%" PRIu64 ",\"mounted_on\":", size, used, avail, pct, d->files);
+                json_string(stdout, mounted_on);
+                putchar('}');
+                *first = false;
+                return;
+        }
+        printf("%-30s %8s %8s %8s %4u%% %8" PRIu64 "  %s\n", s->display_path, format_size(size, b1),
+               format_size(used, b2), format_size(avail, b3), pct, d->files, mounted_on ? mounted_on : "-");
+}
+
+static int call_statfs(sd_bus *bus, const char *object, Df *d) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        int r;
+
+        r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, object, SUBVOLD_IFACE_SUBVOLUME, "GetStatfs", &error, &reply, "");
+        if (r < 0) {
+                r = log_bus_error(&error, r);
+                sd_bus_error_free(&error);
+                return -r;
+        }
+        return read_statfs(reply, d) < 0 ? -EXIT_FAILED : 0;
+}
+
+static int cmd_df(sd_bus *bus, int argc, char **argv) {
+        Objects o = {};
+        bool first = true;
+        int r, ret = EXIT_OK;
+
+        r = load_objects(bus, &o);
+        if (r < 0)
+                return -r;
+        if (arg_json)
+                putchar('[');
+        else
+                printf("%-30s %8s %8s %8s %5s %8s  %s\n", "SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "INODES",
+                       "MOUNTED ON");
+        if (argc == 0) {
+                for (size_t i = 0; i < o.n_svs; i++) {
+                        Df d = {};
+                        if (call_statfs(bus, o.svs[i].object, &d) < 0)
+                                continue;  /* gone meanwhile */
+                        print_df_row(&o.svs[i], &d, o.svs[i].access_path, &first);
+                }
+        }
+        for (int i = 0; i < argc; i++) {
+                _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+                sd_bus_error error = SD_BUS_ERROR_NULL;
+                _cleanup_close_ int fd = open(argv[i], O_PATH | O_CLOEXEC);
+                const char *object;
+                const Sv *s = NULL;
+                Df d = {};
+
+                if (fd < 0) {
+                        fprintf(stderr, "%s: %s\n", argv[i], strerror(errno));
+                        ret = EXIT_FAILED;
+                        continue;
+                }
+                r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, SUBVOLD_IFACE_MANAGER,
+                                       "GetStatfsByFd", &error, &reply, "h", fd);
+                if (r < 0) {
+                        fprintf(stderr, "%s: ", argv[i]);
+                        ret = log_bus_error(&error, r);
+                        sd_bus_error_free(&error);
+                        continue;
+                }
+                if (sd_bus_message_read(reply, "o", &object) < 0 || read_statfs(reply, &d) < 0) {
+                        ret = EXIT_FAILED;
+                        continue;
+                }
+                for (size_t j = 0; j < o.n_svs && !s; j++)
+                        if (streq(o.svs[j].object, object))
+                                s = &o.svs[j];
+                if (s)
+                        print_df_row(s, &d, s->access_path, &first);
+        }
+        if (arg_json)
+                puts("]");
+        objects_done(&o);
+        return ret;
+}
+
+/* Prints one variant's value: as text (Name=value lines) or as JSON. */
+static int print_value(sd_bus_message *m, bool json) {
+        const char *contents;
+        char type;
+        int r;
+
+        r = sd_bus_message_peek_type(m, &type, &contents);
+        if (r <= 0)
+                return r;
+        if (type == 'a' && streq(contents, "y")) {
+                const uint8_t *p;
+                size_t n;
+
+                r = sd_bus_message_read_array(m, 'y', (const void **) &p, &n);
+                if (r < 0)
+                        return r;
+                if (json) {
+                        putchar('[');
+                        for (size_t i = 0; i < n; i++)
+                                printf("%s%u", i ? "," : "", p[i]);
+                        putchar(']');
+                } else  /* a bytestring: drop the trailing NUL */
+                        fwrite(p, 1, n && !p[n - 1] ? n - 1 : n, stdout);
+                return 0;
+        }
+        if (type == 'a') {
+                bool first = true;
+
+                r = sd_bus_message_enter_container(m, 'a', contents);
+                if (r < 0)
+                        return r;
+                if (json)
+                        putchar('[');
+                while ((r = sd_bus_message_at_end(m, false)) == 0) {
+                        if (!first)
+                                putchar(json ? ',' : ' ');
+                        first = false;
+                        r = print_value(m, json);
+                        if (r < 0)
+                                return r;
+                }
+                if (json)
+                        putchar(']');
+                return sd_bus_message_exit_container(m);
+        }
+        if (type == 't') {
+                uint64_t v;
+                r = sd_bus_message_read_basic(m, 't', &v);
+                if (r >= 0)
+                        printf("%" PRIu64, v);
+                return r;
+        }
+        if (type == 'b') {
+                int b;
+                r = sd_bus_message_read_basic(m, 'b', &b);
+                if (r >= 0)
+                        fputs(json ? (b ? "true" : "false") : (b ? "yes" : "no"), stdout);
+                return r;
+        }
+        if (type == 's' || type == 'o') {
+                const char *s;
+                r = sd_bus_message_read_basic(m, type, &s);
+                if (r >= 0) {
+                        if (json)
+                                json_string(stdout, s);
+                        else
+                                fputs(s, stdout);
+                }
+                return r;
+        }
+        return sd_bus_message_skip(m, NULL);
+}
+
+/* Prints a{sv}: "Name=value" lines, or one JSON object. */
+static int print_properties(sd_bus_message *m) {
+        bool first = true;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (arg_json && r >= 0)
+                putchar('{');
+        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *name, *contents;
+
+                r = sd_bus_message_read(m, "s", &name);
+                if (r >= 0)
+                        r = sd_bus_message_peek_type(m, NULL, &contents);
+                if (r >= 0)
+                        r = sd_bus_message_enter_container(m, 'v', contents);
+                if (r < 0)
+                        break;
+                if (arg_json) {
+                        printf("%s", first ? "" : ",");
+                        json_string(stdout, name);
+                        putchar(':');
+                } else
+                        printf("%s=", name);
+                r = print_value(m, arg_json);
+                if (!arg_json)
+                        putchar('\n');
+                first = false;
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+        }
+        if (r >= 0)
+                r = sd_bus_message_exit_container(m);
+        if (arg_json)
+                putchar('}');
+        return r;
+}
+
+static int cmd_show(sd_bus *bus, int argc, char **argv) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL, *props = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        const char *object;
+        int r;
+
+        if (argc != 1) {
+                fprintf(stderr, "show takes one PATH or OBJECT.\n");
+                return EXIT_USAGE;
+        }
+        if (path_startswith(argv[0], SUBVOLD_FS_PREFIX))
+                object = argv[0];
+        else {
+                /* By fd: symlinks are followed and the file must exist, as a
+                 * user expects of a path on the command line. */
+                _cleanup_close_ int fd = open(argv[0], O_PATH | O_CLOEXEC);
+
+                if (fd < 0) {
+                        fprintf(stderr, "%s: %s\n", argv[0], strerror(errno));
+                        return EXIT_FAILED;
+                }
+                r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, SUBVOLD_IFACE_MANAGER,
+                                       "GetSubvolumeByFd", &error, &reply, "h", fd);
+                if (r >= 0)
+                        r = sd_bus_message_read(reply, "o", &object);
+                if (r < 0)
+                        goto fail;
+        }
+        r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, object, "org.freedesktop.DBus.Properties", "GetAll", &error,
+                               &props, "s", SUBVOLD_IFACE_SUBVOLUME);
+        if (r < 0)
+                goto fail;
+        if (!arg_json)
+                printf("Object=%s\n", object);
+        r = print_properties(props);
+        if (arg_json)
+                putchar('\n');
+        return r < 0 ? EXIT_FAILED : EXIT_OK;
+fail:
+        if (sd_bus_error_has_name(&error, SD_BUS_ERROR_UNKNOWN_OBJECT))
+                fprintf(stderr, "No such subvolume object: %s\n", object), r = -EXIT_NOT_FOUND;
+        else
+                r = -log_bus_error(&error, r);
+        sd_bus_error_free(&error);
+        return -r;
+}
+
+static int on_change_signal(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        const char *member = sd_bus_message_get_member(m), *object = NULL;
+        int r;
+
+        if (streq(member, "InterfacesAdded") || streq(member, "InterfacesRemoved")) {
+                r = sd_bus_message_read(m, "o", &object);
+                if (r < 0)
+                        return 0;
+                if (arg_json) {
+                        printf("{\"event\":\"%s\",\"object\":", member[10] == 'A' ? "added" : "removed");
+                        json_string(stdout, object);
+                        puts("}");
+                } else
+                        printf("%s %s\n", member[10] == 'A' ? "added  " : "removed", object);
+        } else if (streq(member, "PropertiesChanged")) {
+                const char *iface;
+
+                object = sd_bus_message_get_path(m);
+                if (sd_bus_message_read(m, "s", &iface) < 0)
+                        return 0;
+                if (arg_json) {
+                        printf("{\"event\":\"changed\",\"object\":");
+                        json_string(stdout, object);
+                        printf(",\"properties\":");
+                        (void) print_properties(m);
+                        puts("}");
+                } else {
+                        printf("changed %s\n", object);
+                        (void) print_properties(m);
+                }
+        }
+        fflush(stdout);
+        return 0;
+}
+
+static int cmd_monitor(sd_bus *bus, int argc, char **argv) {
+        sigset_t mask;
+        int r;
+
+        r = sd_bus_match_signal(bus, NULL, SUBVOLD_BUS_NAME, NULL, NULL, NULL, on_change_signal, NULL);
+        if (r < 0) {
+                fprintf(stderr, "Cannot subscribe to subvold's signals: %s\n", strerror(-r));
+                return EXIT_FAILED;
+        }
+        if (!arg_json)
+                fprintf(stderr, "Monitoring subvold; Ctrl-C to stop.\n");
+        /* Stop cleanly on SIGINT/SIGTERM: wait for them as events. */
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGTERM);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        for (;;) {
+                struct timespec zero = {};
+                r = sd_bus_process(bus, NULL);
+                if (r < 0) {
+                        fprintf(stderr, "Connection lost: %s\n", strerror(-r));
+                        return EXIT_NO_DAEMON;
+                }
+                if (sigtimedwait(&mask, NULL, &zero) > 0)
+                        return EXIT_OK;
+                if (r > 0)
+                        continue;
+                r = sd_bus_wait(bus, 200 * 1000);
+                if (r < 0 && r != -EINTR)
+                        return EXIT_NO_DAEMON;
+        }
+}
+
+/* Prometheus label values: backslash, double quote and newline escaped. */
+static void prom_label(const char *name, const char *value, bool comma) {
+        printf("%s=\"", name);
+        for (; value && *value; value++) {
+                if (*value == '\\' || *value == '"')
+                        printf("\\%c", *value);
+                else if (*value == '\n')
+                        fputs("\\n", stdout);
+                else
+                        putchar(*value);
+        }
+        printf("\"%s", comma ? "," : "");
+}
+
+static void prom_header(const char *metric, const char *help) {
+        printf("# HELP %s %s\n# TYPE %s gauge\n", metric, help, metric);
+}
+
+static int cmd_metrics(sd_bus *bus, int argc, char **argv) {
+        static const struct { const char *metric, *help; size_t offset; } sv_metrics[] = {
+                { "subvold_subvolume_referenced_bytes", "Bytes the subvolume refers to.", offsetof(Sv, referenced) },
+                { "subvold_subvolume_exclusive_bytes", "Bytes only this subvolume refers to.", offsetof(Sv, exclusive) },
+                { "subvold_subvolume_inodes", "Inodes in the subvolume.", offsetof(Sv, inodes) },
+                { "subvold_subvolume_referenced_limit_bytes", "Quota limit on referenced bytes.", offsetof(Sv, referenced_limit) },
+                { "subvold_subvolume_exclusive_limit_bytes", "Quota limit on exclusive bytes.", offsetof(Sv, exclusive_limit) },
+        };
+        static const struct { const char *metric, *help; size_t offset; } fs_metrics[] = {
+                { "subvold_filesystem_size_bytes", "Filesystem data capacity.", offsetof(Fs, size) },
+                { "subvold_filesystem_used_bytes", "Filesystem bytes in use.", offsetof(Fs, used) },
+                { "subvold_filesystem_free_bytes", "Filesystem free bytes.", offsetof(Fs, free) },
+                { "subvold_filesystem_available_bytes", "Filesystem bytes available to users.", offsetof(Fs, available) },
+        };
+        Objects o = {};
+        int r;
+
+        r = load_objects(bus, &o);
+        if (r < 0)
+                return -r;
+        for (size_t k = 0; k < ELEMENTSOF(fs_metrics); k++) {
+                prom_header(fs_metrics[k].metric, fs_metrics[k].help);
+                for (size_t i = 0; i < o.n_fss; i++) {
+                        printf("%s{", fs_metrics[k].metric);
+                        prom_label("uuid", o.fss[i].uuid, true);
+                        prom_label("label", o.fss[i].label, true);
+                        prom_label("quota_mode", o.fss[i].quota_mode, false);
+                        printf("} %" PRIu64 "\n", *(uint64_t *) ((uint8_t *) &o.fss[i] + fs_metrics[k].offset));
+                }
+        }
+        prom_header("subvold_subvolume_info", "One series per subvolume; 1.");
+        for (size_t i = 0; i < o.n_svs; i++) {
+                const Sv *s = &o.svs[i];
+                const Fs *f = find_fs(&o, s->filesystem);
+                char id[21];
+
+                snprintf(id, sizeof id, "%" PRIu64, s->id);
+                printf("subvold_subvolume_info{");
+                prom_label("uuid", f ? f->uuid : "", true);
+                prom_label("id", id, true);
+                prom_label("path", s->display_path, true);
+                prom_label("snapshot", s->is_snapshot ? "true" : "false", true);
+                prom_label("read_only", s->read_only ? "true" : "false", true);
+                prom_label("source", s->usage_source, false);
+                printf("} 1\n");
+        }
+        /* Unknown values (and absent limits) produce no sample at all. */
+        for (size_t k = 0; k < ELEMENTSOF(sv_metrics); k++) {
+                prom_header(sv_metrics[k].metric, sv_metrics[k].help);
+                for (size_t i = 0; i < o.n_svs; i++) {
+                        const Sv *s = &o.svs[i];
+                        const Fs *f = find_fs(&o, s->filesystem);
+                        uint64_t v = *(const uint64_t *) ((const uint8_t *) s + sv_metrics[k].offset);
+                        char id[21];
+
+                        if (v == UNKNOWN)
+                                continue;
+                        snprintf(id, sizeof id, "%" PRIu64, s->id);
+                        printf("%s{", sv_metrics[k].metric);
+                        prom_label("uuid", f ? f->uuid : "", true);
+                        prom_label("id", id, true);
+                        prom_label("path", s->display_path, true);
+                        prom_label("snapshot", s->is_snapshot ? "true" : "false", false);
+                        printf("} %" PRIu64 "\n", v);
+                }
+        }
+        objects_done(&o);
+        return EXIT_OK;
+}
+
+static void help(void) {
+        printf("Usage: %s [OPTIONS] COMMAND ...\n\n"
+               "Shows what subvold knows of btrfs subvolumes.\n\n"
+               "Commands:\n"
+               "  list [--snapshots|--no-snapshots] [--fs UUID|PATH]\n"
+               "                         One line per subvolume\n"
+               "  df [PATH...]           Size, use and inodes of the subvolumes holding PATHs, or all\n"
+               "  show PATH|OBJECT       Every property of one subvolume\n"
+               "  monitor                Print changes as subvold signals them\n"
+               "  metrics                Prometheus text exposition of every figure\n\n"
+               "Options:\n"
+               "  -h --help              Show this help\n"
+               "     --version           Show the version\n"
+               "     --address=ADDRESS   Connect to this bus instead of the system bus\n"
+               "     --json              JSON output (list, df, show, monitor)\n"
+               "     --bytes             Exact byte counts instead of IEC sizes (K = 1024)\n\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage, 3 subvold not reachable,\n"
+               "4 not on btrfs, 5 no such subvolume or filesystem.\n",
+               program_invocation_short_name);
+}
+
+int main(int argc, char *argv[]) {
+        enum { ARG_VERSION = 0x100, ARG_ADDRESS, ARG_JSON, ARG_BYTES, ARG_SNAPSHOTS, ARG_NO_SNAPSHOTS, ARG_FS };
+        static const struct option options[] = {
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                { "address", required_argument, NULL, ARG_ADDRESS },
+                { "json", no_argument, NULL, ARG_JSON },
+                { "bytes", no_argument, NULL, ARG_BYTES },
+                { "snapshots", no_argument, NULL, ARG_SNAPSHOTS },
+                { "no-snapshots", no_argument, NULL, ARG_NO_SNAPSHOTS },
+                { "fs", required_argument, NULL, ARG_FS },
+                {}
+        };
+        static const struct { const char *name; int (*run)(sd_bus *, int, char **); } commands[] = {
+                { "list", cmd_list }, { "df", cmd_df }, { "show", cmd_show },
+                { "monitor", cmd_monitor }, { "metrics", cmd_metrics },
+        };
+        sd_bus *bus = NULL;
+        int c, r;
+
+        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+                switch (c) {
+                case 'h':
+                        help();
+                        return EXIT_OK;
+                case ARG_VERSION:
+                        printf("subvolctl %s\n", PROJECT_VERSION);
+                        return EXIT_OK;
+                case ARG_ADDRESS:
+                        arg_address = optarg;
+                        break;
+                case ARG_JSON:
+                        arg_json = true;
+                        break;
+                case ARG_BYTES:
+                        arg_bytes = true;
+                        break;
+                case ARG_SNAPSHOTS:
+                        arg_snapshots = 1;
+                        break;
+                case ARG_NO_SNAPSHOTS:
+                        arg_snapshots = 0;
+                        break;
+                case ARG_FS:
+                        arg_fs = optarg;
+                        break;
+                default:
+                        return EXIT_USAGE;
+                }
+        if (optind >= argc) {
+                help();
+                return EXIT_USAGE;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(commands); i++) {
+                if (!streq(argv[optind], commands[i].name))
+                        continue;
+                r = connect_bus(&bus);
+                if (r == 0)
+                        r = commands[i].run(bus, argc - optind - 1, argv + optind + 1);
+                sd_bus_flush_close_unref(bus);
+                return r;
+        }
+        fprintf(stderr, "Unknown command \"%s\"; see --help.\n", argv[optind]);
+        return EXIT_USAGE;
+}

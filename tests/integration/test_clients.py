@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The clients people use: subvolctl (list, df, show, monitor, metrics,
+exit codes), Prometheus node_exporter scraping `subvolctl metrics` through
+its textfile collector, and a GLib file manager built on the code
+gdbus-codegen generates from the XML.  Ground truth from btrfs-progs and
+statvfs()."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import urllib.request
+import xml.etree.ElementTree as ET
+
+from harness import (SOURCE_DIR, Btrfs, Bus, Daemon, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run,
+                     snapshot, subvolume_create, wait_for)
+
+SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
+FILE_MANAGER = os.environ.get("SUBVOLD_FILE_MANAGER", "")
+UNKNOWN = 2**64 - 1
+
+
+def qgroup_show(mountpoint):
+    out = run("btrfs", "qgroup", "show", "--raw", "-r", "-e", mountpoint).decode()
+    num = lambda s: None if s == "none" else int(s)
+    return {int(f[0][2:]): tuple(num(x) for x in f[1:5])
+            for f in (line.split() for line in out.splitlines()) if f and f[0].startswith("0/")}
+
+
+def parse_metrics(text):
+    """Prometheus text exposition: {(name, frozenset(labels)): value}."""
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
+        assert m, f"malformed sample line: {line!r}"
+        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m[2] or ""))
+        samples[(m[1], labels)] = float(m[3])
+    return samples
+
+
+class ClientsTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.fs = Btrfs(self, "fs", size="1G", label="data")
+        self.mnt = mnt = self.fs.mount(self.path("mnt"))
+        subvolume_create(f"{mnt}/vol")
+        with open(f"{mnt}/vol/file", "wb") as f:
+            f.write(os.urandom(3 << 20))
+        run("btrfs", "quota", "enable", mnt)
+        run("btrfs", "quota", "rescan", "-w", mnt)
+        run("btrfs", "qgroup", "limit", str(200 << 20), f"{mnt}/vol")
+        snapshot(f"{mnt}/vol", f"{mnt}/snap-ro", readonly=True)
+        snapshot(f"{mnt}/vol", f"{mnt}/snap-rw")
+        subvolume_create(f"{mnt}/other")
+        os.sync()
+        self.bus = Bus(self)
+        self.daemon = Daemon(self, self.bus)
+
+    def tearDown(self):
+        if not self.daemon.stopped:
+            self.daemon.stop()
+        super().tearDown()
+
+    def ctl(self, *args, rc=0):
+        p = subprocess.run([SUBVOLCTL, *args], env=self.bus.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.returncode, rc, f"subvolctl {args}: {p.stderr.decode(errors='replace')}")
+        return p.stdout.decode(), p.stderr.decode()
+
+    def ids(self, *names):
+        return {btrfs_rootid(os.path.join(self.mnt, n)) for n in names}
+
+    def test_list(self):
+        truth = btrfs_subvolume_list(self.mnt)
+        quota = qgroup_show(self.mnt)
+        rows = [r for r in json.loads(self.ctl("--json", "list", "--fs", self.fs.uuid)[0])]
+        self.assertEqual({r["id"] for r in rows}, {5, *truth})
+        for r in rows:
+            self.assertEqual(r["filesystem"], self.fs.uuid)
+            self.assertEqual((r["referenced"], r["exclusive"]), quota[r["id"]][:2])
+            self.assertIsNone(r["inodes"])
+            if r["id"] != 5:
+                self.assertEqual(r["path"], "/" + truth[r["id"]]["path"].decode())
+                self.assertEqual(r["snapshot"], truth[r["id"]]["parent_uuid"] != "")
+        snaps = json.loads(self.ctl("--json", "list", "--snapshots", "--fs", self.mnt)[0])
+        self.assertEqual({r["id"] for r in snaps}, self.ids("snap-ro", "snap-rw"))
+        self.assertEqual({r["id"]: r["read_only"] for r in snaps},
+                         {btrfs_rootid(f"{self.mnt}/snap-ro"): True, btrfs_rootid(f"{self.mnt}/snap-rw"): False})
+        plain = json.loads(self.ctl("--json", "list", "--no-snapshots", "--fs", self.mnt)[0])
+        self.assertEqual({r["id"] for r in plain}, {5} | self.ids("vol", "other"))
+
+        # The table, with exact bytes and with IEC sizes.
+        out = self.ctl("--bytes", "list", "--fs", self.fs.uuid)[0].splitlines()
+        self.assertEqual(out[0].split(), ["ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH"])
+        row = next(l.split() for l in out[1:] if l.split()[0] == str(btrfs_rootid(f"{self.mnt}/snap-ro")))
+        self.assertEqual(row[1], "SR")
+        self.assertEqual(int(row[2]), quota[int(row[0])][0])
+        self.assertEqual(row[5], "/snap-ro")
+        human = self.ctl("list", "--fs", self.fs.uuid)[0]
+        self.assertRegex(human, r"\b3\.\dM\b")
+
+    def test_df(self):
+        st = os.statvfs(self.mnt)
+        rfer, excl, limit, _ = qgroup_show(self.mnt)[btrfs_rootid(f"{self.mnt}/vol")]
+        rows = json.loads(self.ctl("--json", "df", f"{self.mnt}/vol/file", f"{self.mnt}/other")[0])
+        vol, other = rows
+        self.assertEqual(vol["path"], "/vol")
+        self.assertEqual(vol["size"], limit // st.f_bsize * st.f_bsize)
+        self.assertEqual(vol["available"], min((limit - rfer) // st.f_bsize, st.f_bavail) * st.f_bsize)
+        self.assertEqual(vol["mounted_on"], f"{self.mnt}/vol")
+        used = vol["size"] - min((limit - rfer) // st.f_bsize, st.f_bfree) * st.f_bsize
+        self.assertEqual(vol["used"], used)
+        self.assertEqual(vol["use_percent"], -(-used * 100 // (used + vol["available"])))
+        self.assertEqual((other["size"], other["available"]), (st.f_blocks * st.f_bsize, st.f_bavail * st.f_bsize))
+        # Without paths: every subvolume.
+        every = json.loads(self.ctl("--json", "df")[0])
+        self.assertTrue({"/vol", "/other", "/snap-ro", "/snap-rw", "/"} <=
+                        {r["path"] for r in every if r["object"].startswith(self.fs.object_path)})
+        text = self.ctl("df", f"{self.mnt}/vol")[0].splitlines()
+        self.assertEqual(text[0].split()[:5], ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%"])
+        self.assertEqual(text[1].split()[1], "200M")
+
+    def test_show(self):
+        out = self.ctl("show", f"{self.mnt}/snap-ro")[0]
+        props = dict(line.split("=", 1) for line in out.splitlines())
+        with open(os.path.join(SOURCE_DIR, "dbus", "org.subvold.Subvold1.xml")) as f:
+            contract = {p.get("name") for i in ET.fromstring(f.read()).iter("interface")
+                        if i.get("name") == "org.subvold.Subvold1.Subvolume" for p in i.iter("property")}
+        self.assertEqual(set(props) - {"Object"}, contract, "show must print every property")
+        self.assertEqual(props["Id"], str(btrfs_rootid(f"{self.mnt}/snap-ro")))
+        self.assertEqual((props["IsSnapshot"], props["ReadOnly"], props["Path"]), ("yes", "yes", "/snap-ro"))
+        shown = json.loads(self.ctl("--json", "show", props["Object"])[0])
+        self.assertEqual(shown["Id"], int(props["Id"]))
+        self.assertEqual(bytes(shown["Path"][:-1]), b"/snap-ro")
+
+    def test_exit_codes_and_messages(self):
+        _, err = self.ctl("df", "/proc/self/status", rc=4)
+        self.assertIn("not refer to a file on a btrfs", err)
+        self.ctl("show", f"{self.fs.object_path}/99999", rc=5)
+        self.ctl("list", "--fs", "00000000-0000-0000-0000-000000000000", rc=5)
+        self.ctl("frobnicate", rc=2)
+        self.ctl("--no-such-option", "list", rc=2)
+        self.assertIn("Usage", self.ctl("--help")[0])
+        self.daemon.stop()
+        _, err = self.ctl("list", rc=3)
+        self.assertIn("subvold is not running", err)
+
+    def test_monitor(self):
+        mon = subprocess.Popen([SUBVOLCTL, "--json", "monitor"], env=self.bus.env, stdout=subprocess.PIPE, text=True)
+        self.stack.callback(mon.stdout.close)
+        self.stack.callback(mon.wait)
+        self.stack.callback(mon.terminate)
+        events = []
+        reader = threading.Thread(target=lambda: events.extend(json.loads(l) for l in mon.stdout), daemon=True)
+        reader.start()
+        # Changes until the monitor has subscribed and reports one: only
+        # then is the one we check certain to be seen.
+        run("btrfs", "property", "set", "-ts", f"{self.mnt}/snap-rw", "ro", "true")
+        wait_for(lambda: any(e["event"] == "changed" for e in events), "monitor to report a change")
+        subvolume_create(f"{self.mnt}/new")
+        added = {"event": "added", "object": f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/new')}"}
+        wait_for(lambda: added in events, "monitor to report the new subvolume")
+        changed = next(e for e in events if e["event"] == "changed" and e["object"].endswith(
+            "/" + str(btrfs_rootid(f"{self.mnt}/snap-rw"))))
+        self.assertIs(changed["properties"]["ReadOnly"], True)
+        mon.terminate()
+        self.assertEqual(mon.wait(10), 0)
+
+    def test_metrics_through_node_exporter(self):
+        text = self.ctl("metrics")[0]
+        samples = parse_metrics(text)
+        quota = qgroup_show(self.mnt)
+        mine = {dict(l)["id"]: v for (name, l), v in samples.items()
+                if name == "subvold_subvolume_referenced_bytes" and dict(l)["uuid"] == self.fs.uuid}
+        self.assertEqual({int(k): int(v) for k, v in mine.items()}, {k: v[0] for k, v in quota.items()})
+
+        # node_exporter's textfile collector, scraped over HTTP on loopback.
+        textdir = self.path("textfile")
+        os.mkdir(textdir)
+        with open(os.path.join(textdir, "subvold.prom"), "w") as f:
+            f.write(text)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        exporter = subprocess.Popen(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
+                                     "--collector.disable-defaults", "--collector.textfile",
+                                     f"--collector.textfile.directory={textdir}"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.stack.callback(exporter.wait)
+        self.stack.callback(exporter.terminate)
+        scraped = {}
+
+        def scrape():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    scraped["text"] = r.read().decode()
+                return True
+            except OSError:
+                return False
+
+        wait_for(scrape, "node_exporter to answer")
+        served = parse_metrics(scraped["text"])
+        vol = str(btrfs_rootid(f"{self.mnt}/vol"))
+        key = ("subvold_subvolume_referenced_limit_bytes",
+               frozenset({("uuid", self.fs.uuid), ("id", vol), ("path", "/vol"), ("snapshot", "false")}))
+        self.assertEqual(served[key], 200 << 20)
+        for sample, value in samples.items():
+            self.assertEqual(served.get(sample), value, sample)
+
+    def test_gdbus_codegen_file_manager(self):
+        out = run(FILE_MANAGER, f"{self.mnt}/vol/file", env=self.bus.env).decode()
+        facts = {}
+        for line in out.splitlines():
+            k, v = line.split(" ", 1)
+            facts.setdefault(k, []).append(v)
+        vol = btrfs_rootid(f"{self.mnt}/vol")
+        self.assertEqual(facts["subvolume"], [f"{self.fs.object_path}/{vol}"])
+        self.assertEqual(facts["path"], ["/vol"])
+        self.assertEqual(facts["snapshot"], ["no"])
+        self.assertEqual(int(facts["referenced"][0]), qgroup_show(self.mnt)[vol][0])
+        self.assertEqual(set(facts["snapshot-of-it"]),
+                         {f"{self.fs.object_path}/{i}" for i in self.ids("snap-ro", "snap-rw")})
+        out = run(FILE_MANAGER, f"{self.mnt}/snap-ro/file", env=self.bus.env).decode()
+        self.assertIn("snapshot yes", out)
+        self.assertNotIn("snapshot-of-it", out)
+
+
+if __name__ == "__main__":
+    main()
