@@ -55,6 +55,19 @@ static int mount_table_find_root(MountTable *t) {
         return -ENOENT;
 }
 
+/* Hands a complete table over to *ret once its root is found; frees it
+ * otherwise. */
+static int mount_table_finish(MountTable *t, MountTable *ret) {
+        int r = mount_table_find_root(t);
+
+        if (r < 0) {
+                mount_table_done(t);
+                return r;
+        }
+        *ret = *t;
+        return 0;
+}
+
 /* ---- listmount()/statmount() ---- */
 
 static int statmount_one(uint64_t id, struct statmount_compat **buf, size_t *size) {
@@ -137,11 +150,7 @@ static int mount_table_read_listmount(MountTable *ret) {
                 if (r < 0)
                         goto fail;
         }
-        r = mount_table_find_root(&t);
-        if (r < 0)
-                goto fail;
-        *ret = t;
-        return 0;
+        return mount_table_finish(&t, ret);
 fail:
         mount_table_done(&t);
         return r;
@@ -255,11 +264,7 @@ int mount_table_parse_mountinfo(FILE *f, MountTable *ret) {
                 if (r < 0)
                         goto fail;
         }
-        r = mount_table_find_root(&t);
-        if (r < 0)
-                goto fail;
-        *ret = t;
-        return 0;
+        return mount_table_finish(&t, ret);
 fail:
         mount_table_done(&t);
         return r;
