@@ -29,13 +29,28 @@ int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd) {
         struct statx_compat stx = {};
         unsigned mask = source == MOUNT_SOURCE_LISTMOUNT ? STATX_MNT_ID_UNIQUE_COMPAT : STATX_MNT_ID_COMPAT;
 
-        fd = open(m->point, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
-        if (fd < 0)
-                return -errno;
-        if (sys_statx(fd, "", AT_EMPTY_PATH, mask, &stx) < 0)
+        /* Is the mount point still that mount? */
+        if (sys_statx(AT_FDCWD, m->point, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, mask, &stx) < 0)
                 return -errno;
         if (!(stx.stx_mask & mask) || stx.stx_mnt_id != m->id)
                 return -ESTALE;
+        /* Work on a private clone of the mount: an fd on the mount itself
+         * would make a concurrent umount fail with EBUSY.  Without
+         * open_tree() (old kernel, seccomp filter) open the mount itself. */
+        fd = sys_open_tree(AT_FDCWD, m->point, OPEN_TREE_CLONE_COMPAT | O_CLOEXEC | AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT);
+        if (fd >= 0) {
+                /* open_tree() gives an O_PATH fd, on which ioctls fail: open
+                 * the clone's root for real.  The clone lives as long as
+                 * this second fd. */
+                int dir = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
+                if (dir < 0)
+                        return -errno;
+                closep(&fd);
+                fd = dir;
+        } else if (errno == EPERM || errno == ENOSYS || errno == EINVAL)
+                fd = open(m->point, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
         *ret_fd = TAKE_FD(fd);
         return 0;
 }

@@ -10,10 +10,12 @@
 #include "model.h"
 #include "mounts.h"
 
-/* Opens the root directory of @m by its mount point, and checks that it is
- * really that mount (-ESTALE if the mount table changed meanwhile).  The
- * caller must close the fd before returning to the event loop: an open fd
- * would make umount fail with EBUSY. */
+/* Opens the root directory of @m by its mount point, after checking that
+ * the mount point is still that mount (-ESTALE if the mount table changed
+ * meanwhile).  The fd is on a private clone of the mount where the kernel
+ * allows it, so that even during an operation a umount does not fail with
+ * EBUSY; the caller closes it before returning to the event loop all the
+ * same. */
 int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd);
 
 /* The filesystem UUID (fsid) of the btrfs that @fd is on. */

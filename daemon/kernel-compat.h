@@ -129,3 +129,14 @@ static inline int sys_statx(int dirfd, const char *path, int flags, unsigned mas
 #define FAN_MNT_DETACH_COMPAT  0x02000000U
 #define FAN_REPORT_MNT_COMPAT  0x00004000U
 #define FAN_MARK_MNTNS_COMPAT  0x00000110U
+
+/* open_tree(2), Linux 5.2: a detached clone of a mount, which does not pin
+ * the original (umount of it does not fail with EBUSY). */
+#ifndef __NR_open_tree
+#define __NR_open_tree 428
+#endif
+#define OPEN_TREE_CLONE_COMPAT 1U
+
+static inline int sys_open_tree(int dirfd, const char *path, unsigned flags) {
+        return (int) syscall(__NR_open_tree, dirfd, path, flags);
+}

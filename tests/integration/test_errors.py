@@ -204,7 +204,17 @@ class ErrorsTest(TestCase):
                 run("umount", where)
                 i += 1
 
-        thread = threading.Thread(target=churn)
+        failures = []
+
+        def guarded():
+            # A failing command in the thread (a umount refused with EBUSY
+            # because subvold held the mount, say) must fail the test.
+            try:
+                churn()
+            except Exception as e:  # noqa: BLE001 -- reported below
+                failures.append(repr(e))
+
+        thread = threading.Thread(target=guarded)
         thread.start()
         try:
             for _ in range(40):
@@ -214,6 +224,7 @@ class ErrorsTest(TestCase):
         finally:
             stop.set()
             thread.join()
+        self.assertEqual(failures, [])
         self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
         objects = self.bus.managed_objects()
         published = {int(p.rsplit("/", 1)[1]) for p in objects if p.startswith(self.fs.object_path + "/")}

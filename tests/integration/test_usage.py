@@ -302,7 +302,17 @@ class UsageTest(TestCase):
                 run("btrfs", "subvolume", "delete", f"{self.mnt}/churn{i}")
                 i += 1
 
-        thread = threading.Thread(target=churn)
+        failures = []
+
+        def guarded():
+            # A failing command in the thread (a umount refused with EBUSY
+            # because subvold held the mount, say) must fail the test.
+            try:
+                churn()
+            except Exception as e:  # noqa: BLE001 -- reported below
+                failures.append(repr(e))
+
+        thread = threading.Thread(target=guarded)
         thread.start()
         try:
             for _ in range(30):
@@ -311,6 +321,7 @@ class UsageTest(TestCase):
         finally:
             stop.set()
             thread.join()
+        self.assertEqual(failures, [])
         run("btrfs", "subvolume", "sync", self.mnt)
         run("btrfs", "quota", "rescan", "-w", self.mnt)
         os.sync()
