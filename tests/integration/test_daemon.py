@@ -12,7 +12,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 
 from harness import (BUS_NAME, GDBUS_CLIENT, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Btrfs, Bus, Daemon, TestCase,
-                     btrfs_rootid, main, run, subvolume_create)
+                     btrfs_rootid, main, run, subvolume_create, wait_for)
 
 BUILD_DIR = os.environ.get("SUBVOLD_BUILD_DIR", "")
 EMITS = "org.freedesktop.DBus.Property.EmitsChangedSignal"
@@ -69,7 +69,21 @@ class DaemonTest(TestCase):
         bus = Bus(self)
         daemon = Daemon(self, bus)
         bus.managed_objects()
-        self.assertFalse([fd for fd in daemon.open_fds() if fd.startswith(self.mnt)], daemon.open_fds())
+        pid = daemon.proc.pid
+
+        def fds_on_btrfs():
+            # Through the /proc magic links, whatever mount (or clone) they are on.
+            on = []
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                p = subprocess.run(["stat", "-L", "-f", "-c", "%T", f"/proc/{pid}/fd/{fd}"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                if p.stdout.strip() == b"btrfs":
+                    on.append(fd)
+            return on
+
+        # Twice a second a generation check opens a mount for some µs: look
+        # until a sample shows none.
+        wait_for(lambda: not fds_on_btrfs(), "no fd on btrfs between operations")
         self.fs.umount(self.mnt)  # raises if busy
         self.assertTrue(daemon.alive())
         daemon.stop()

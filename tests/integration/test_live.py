@@ -56,6 +56,16 @@ def process_alive(pid):
         return False
 
 
+def stable_fds(daemon):
+    """The daemon's open fds, sampled until two samples agree (so that the
+    brief fd of a generation check does not count)."""
+    while True:
+        first = daemon.open_fds()
+        time.sleep(0.1)
+        if daemon.open_fds() == first:
+            return first
+
+
 class LiveTest(TestCase):
     def setUp(self):
         super().setUp()
@@ -156,7 +166,7 @@ class LiveTest(TestCase):
                                   and self.bus.get(self.fs.object_path, FS_IFACE, "MountPoints") == [
                                       list(os.fsencode(mnt)) + [0]], "the model to settle", timeout=60)
         time.sleep(1.5)  # let the start-up settle, then take the baseline
-        fds, rss = daemon.open_fds(), daemon.status("VmRSS")
+        fds, rss = stable_fds(daemon), daemon.status("VmRSS")
 
         stop = threading.Event()
         errors = []
@@ -200,7 +210,9 @@ class LiveTest(TestCase):
             other.umount(self.path("gone"))
         settle()
         time.sleep(1.5)  # no refresh pending any more
-        self.assertEqual(daemon.open_fds(), fds)
+        # The generation timer opens a mount for some µs twice a second:
+        # a leak stays, that fd goes.
+        wait_for(lambda: daemon.open_fds() == fds, f"open fds back to {fds} (now {daemon.open_fds()})")
         if not SANITIZED:  # ASan keeps freed memory in quarantine
             self.assertLess(daemon.status("VmRSS"), rss + 2048, f"RSS grew from {rss} kB")
 
