@@ -18,6 +18,7 @@ static int reply_subvolume(sd_bus_message *message, const Subvolume *sv) {
 static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_fd, const Subvolume **ret,
                                   sd_bus_error *error) {
         uint64_t id, folded;
+        dev_t dev = 0;
         int fd, r;
 
         r = sd_bus_message_read(message, "h", &fd);
@@ -25,7 +26,9 @@ static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_
                 return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                         "The call carries no usable file descriptor.");
 
-        r = btrfs_identify_fd(fd, &id, &folded);
+        r = btrfs_identify_fd(fd, &id, &folded, &dev);
+        if (r == -ENOENT && !model_is_btrfs_device(m->model, dev))
+                r = -EMEDIUMTYPE;
         if (r == -EMEDIUMTYPE)
                 return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_BTRFS,
                                         "The file descriptor does not refer to a file on a btrfs filesystem.");

@@ -8,6 +8,8 @@
 #include <endian.h>
 #include <sys/ioctl.h>
 #include <sys/statfs.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "fs-btrfs.h"
 #include "kernel-compat.h"
@@ -384,19 +386,32 @@ uint64_t btrfs_fold_fsid(const uint8_t u[16], uint64_t subvolume_id) {
                ((w[1] ^ w[3]) ^ (uint32_t) subvolume_id);
 }
 
-int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_fsid) {
+int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_fsid, dev_t *ret_dev) {
         struct statx_compat stx = {};
         struct statfs sfs;
         uint32_t val[2];
 
+        /* statx() first, from cached attributes only: a client's fd may be
+         * on FUSE or NFS, where asking the file system could block us on a
+         * server that never answers.  Only btrfs (and bcachefs) report
+         * STATX_SUBVOL. */
+        if (sys_statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SUBVOL_COMPAT | STATX_INO | STATX_TYPE, &stx) < 0)
+                return -errno;
+        if (!(stx.stx_mask & STATX_SUBVOL_COMPAT)) {
+                /* The empty directory a snapshot leaves for a nested
+                 * subvolume (inode 2 on the superblock's device) has none
+                 * either; the caller knows which devices are btrfs. */
+                if (S_ISDIR(stx.stx_mode) && stx.stx_ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID) {
+                        *ret_dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+                        return -ENOENT;
+                }
+                return -EMEDIUMTYPE;
+        }
+        /* A local file system with subvolumes: statfs() is safe now. */
         if (fstatfs(fd, &sfs) < 0)
                 return -errno;
         if ((uint32_t) sfs.f_type != BTRFS_SUPER_MAGIC)
                 return -EMEDIUMTYPE;
-        if (sys_statx(fd, "", AT_EMPTY_PATH, STATX_SUBVOL_COMPAT, &stx) < 0)
-                return -errno;
-        if (!(stx.stx_mask & STATX_SUBVOL_COMPAT))
-                return -ENOENT;
         memcpy(val, &sfs.f_fsid, sizeof val);
         *ret_subvolume_id = stx.stx_subvol;
         *ret_folded_fsid = (uint64_t) val[0] << 32 | val[1];

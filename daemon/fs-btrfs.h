@@ -6,6 +6,7 @@
  * codes are turned into negative errno here and nowhere else. */
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "model.h"
 #include "mounts.h"
@@ -47,10 +48,12 @@ int btrfs_read_filesystem(int fd, Filesystem *fs);
 int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec);
 
 /* For any fd a client hands over: whether it is on btrfs (-EMEDIUMTYPE if
- * not), the subvolume holding it (-ENOENT for the empty placeholder
- * directories a snapshot leaves for nested subvolumes), and the fsid folded
- * the way statfs() reports it (see btrfs_fold_fsid()). */
-int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_fsid);
+ * not), the subvolume holding it, and the fsid folded the way statfs()
+ * reports it (see btrfs_fold_fsid()).  Never asks a non-btrfs file system
+ * anything that could block.  -ENOENT: a directory that may be the empty
+ * placeholder a snapshot leaves for a nested subvolume; *ret_dev is its
+ * device, which is a btrfs superblock's if it is one. */
+int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_fsid, dev_t *ret_dev);
 
 /* What statfs().f_fsid says for subvolume @id of filesystem @uuid: btrfs
  * folds the 128-bit fsid to 64 bits and mixes in the subvolume id. */

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <sys/sysmacros.h>
+
 #include "model.h"
 #include "util.h"
 
@@ -98,6 +100,15 @@ Filesystem *model_find_filesystem(const Model *m, const uint8_t uuid[16]) {
                 if (memcmp(m->filesystems[i]->uuid, uuid, 16) == 0)
                         return m->filesystems[i];
         return NULL;
+}
+
+bool model_is_btrfs_device(const Model *m, dev_t dev) {
+        for (size_t i = 0; i < m->mounts.n_mounts; i++) {
+                const Mount *mount = &m->mounts.mounts[i];
+                if (mount->is_btrfs && makedev(mount->dev_major, mount->dev_minor) == dev)
+                        return true;
+        }
+        return false;
 }
 
 static int cmp_subvolume_id(const void *a, const void *b) {

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "mounts.h"
 
@@ -129,6 +130,8 @@ int filesystem_index(Filesystem *fs);
 int model_finish(Model *m);
 
 Filesystem *model_find_filesystem(const Model *m, const uint8_t uuid[16]);
+/* Whether @dev is the superblock device of a btrfs mount in the table. */
+bool model_is_btrfs_device(const Model *m, dev_t dev);
 Subvolume *filesystem_find_subvolume(const Filesystem *fs, uint64_t id);
 /* The deepest subvolume whose path is @fs_path or above it. */
 Subvolume *filesystem_find_subvolume_by_path(const Filesystem *fs, const char *fs_path);

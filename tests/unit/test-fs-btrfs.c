@@ -22,18 +22,19 @@ static void test_fold_fsid(void) {
 static void test_identify_refuses_non_btrfs(void) {
         int fds[2], s, f;
         uint64_t id, folded;
+        dev_t dev;
 
         g_assert_cmpint(pipe2(fds, O_CLOEXEC), ==, 0);
-        g_assert_cmpint(btrfs_identify_fd(fds[0], &id, &folded), ==, -EMEDIUMTYPE);
+        g_assert_cmpint(btrfs_identify_fd(fds[0], &id, &folded, &dev), ==, -EMEDIUMTYPE);
         close(fds[0]);
         close(fds[1]);
         s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        g_assert_cmpint(btrfs_identify_fd(s, &id, &folded), ==, -EMEDIUMTYPE);
+        g_assert_cmpint(btrfs_identify_fd(s, &id, &folded, &dev), ==, -EMEDIUMTYPE);
         close(s);
         f = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-        g_assert_cmpint(btrfs_identify_fd(f, &id, &folded), ==, -EMEDIUMTYPE);
+        g_assert_cmpint(btrfs_identify_fd(f, &id, &folded, &dev), ==, -EMEDIUMTYPE);
         close(f);
-        g_assert_cmpint(btrfs_identify_fd(-1, &id, &folded), ==, -EBADF);
+        g_assert_cmpint(btrfs_identify_fd(-1, &id, &folded, &dev), ==, -EBADF);
 }
 
 int main(int argc, char *argv[]) {
