@@ -165,6 +165,7 @@ static const sd_bus_vtable filesystem_vtable[] = {
         SD_BUS_PROPERTY("Generation", "t", NULL, offsetof(Filesystem, generation), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("QuotaMode", "s", property_fs_quota, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("QuotaConsistent", "b", property_fs_quota, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ScanProgress", "d", NULL, offsetof(Filesystem, scan_progress), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_VTABLE_END,
 };
 
@@ -432,7 +433,8 @@ static bool filesystem_equal(const Filesystem *a, const Filesystem *b) {
         return streq(a->label, b->label) && strv_equal(a->devices, b->devices) &&
                strv_equal(a->mount_points, b->mount_points) &&
                memcmp(&a->statfs, &b->statfs, sizeof(StatfsInfo)) == 0 && a->generation == b->generation &&
-               a->quota_mode == b->quota_mode && a->quota_consistent == b->quota_consistent;
+               a->quota_mode == b->quota_mode && a->quota_consistent == b->quota_consistent &&
+               a->scan_progress == b->scan_progress;
 }
 
 static void emit_added(sd_bus *bus, const char *path, const char *interface, const sd_bus_vtable *vtable,

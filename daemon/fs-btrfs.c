@@ -260,6 +260,71 @@ int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret) {
         return 0;
 }
 
+typedef struct SubvolumeScan {
+        uint64_t inodes;
+        DataExtent *extents;
+        size_t n_extents, allocated;
+        const volatile bool *cancel;
+} SubvolumeScan;
+
+static int scan_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        SubvolumeScan *scan = userdata;
+        struct btrfs_file_extent_item fe;
+
+        if (scan->cancel && *scan->cancel)
+                return -ECANCELED;
+        if (h->type == BTRFS_INODE_ITEM_KEY) {
+                scan->inodes++;
+                return 0;
+        }
+        if (h->type != BTRFS_EXTENT_DATA_KEY)
+                return 0;
+        /* Inline extents live in the metadata (data only: they count
+         * nothing) and may be shorter than the struct; holes have no disk
+         * extent. */
+        if (h->len < sizeof(fe))
+                return 0;
+        memcpy(&fe, data, sizeof(fe));
+        if ((fe.type != BTRFS_FILE_EXTENT_REG && fe.type != BTRFS_FILE_EXTENT_PREALLOC) || fe.disk_bytenr == 0)
+                return 0;
+        if (grow_array(&scan->extents, &scan->allocated, scan->n_extents + 1, sizeof(DataExtent)) < 0)
+                return -ENOMEM;
+        scan->extents[scan->n_extents++] = (DataExtent) { .bytenr = le64toh(fe.disk_bytenr),
+                                                          .bytes = le64toh(fe.disk_num_bytes) };
+        return 0;
+}
+
+static int cmp_extent(const void *a, const void *b) {
+        uint64_t x = ((const DataExtent *) a)->bytenr, y = ((const DataExtent *) b)->bytenr;
+        return x < y ? -1 : x > y;
+}
+
+int btrfs_scan_subvolume(int fd, uint64_t id, const volatile bool *cancel, uint64_t *ret_inodes,
+                         DataExtent **ret_extents, size_t *ret_n_extents) {
+        SubvolumeScan scan = { .cancel = cancel };
+        size_t n = 0;
+        int r;
+
+        /* Inodes and file extents of every file; the items in between
+         * (names, xattrs, ...) come along and are skipped. */
+        r = btrfs_tree_search(fd, id, BTRFS_FIRST_FREE_OBJECTID, BTRFS_LAST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY,
+                              BTRFS_EXTENT_DATA_KEY, 0, scan_item, &scan);
+        if (r < 0) {
+                free(scan.extents);
+                return r;
+        }
+        /* Each extent once, however many files and reflinks refer to it. */
+        if (scan.n_extents > 0)
+                qsort(scan.extents, scan.n_extents, sizeof(DataExtent), cmp_extent);
+        for (size_t i = 0; i < scan.n_extents; i++)
+                if (n == 0 || scan.extents[n - 1].bytenr != scan.extents[i].bytenr)
+                        scan.extents[n++] = scan.extents[i];
+        *ret_inodes = scan.inodes;
+        *ret_extents = scan.extents;
+        *ret_n_extents = n;
+        return 0;
+}
+
 int btrfs_read_filesystem(int fd, Filesystem *fs) {
         struct btrfs_ioctl_fs_info_args info = { .flags = BTRFS_FS_INFO_FLAG_GENERATION };
         char label[BTRFS_LABEL_SIZE] = {};

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "extent-map.h"
 #include "model.h"
 #include "mounts.h"
 
@@ -32,6 +33,13 @@ int btrfs_read_generation(int fd, uint64_t *ret);
  * the subvolumes created, deleted, renamed or flipped read-only within the
  * running one.  Cheap: unchanged leaves are not read (CAP_SYS_ADMIN). */
 int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret);
+
+/* Reads subvolume @id's tree (CAP_SYS_ADMIN): its inode count and the
+ * distinct data extents its files refer to (sorted; regular and
+ * preallocated, holes and inline data left out), each with its size on
+ * disk.  Stops with -ECANCELED when *@cancel becomes true. */
+int btrfs_scan_subvolume(int fd, uint64_t id, const volatile bool *cancel, uint64_t *ret_inodes,
+                         DataExtent **ret_extents, size_t *ret_n_extents);
 
 /* statfs() of the filesystem @fd is on. */
 int btrfs_read_statfs(int fd, StatfsInfo *ret);

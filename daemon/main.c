@@ -8,6 +8,8 @@
 static MountSource arg_mount_source = MOUNT_SOURCE_AUTO;
 static char *arg_cache_dir = NULL;
 static uint64_t arg_exit_idle_usec = 0;
+/* About 60 bytes each: 4 Mi extents is about 250 MiB at the most. */
+static size_t arg_scan_max_extents = 4u << 20;
 
 static void help(void) {
         printf("Usage: %s [OPTIONS]\n\n"
@@ -22,6 +24,9 @@ static void help(void) {
                "     --exit-idle-sec=SEC\n"
                "                   Exit after SEC seconds without bus calls (default: never);\n"
                "                   D-Bus activation starts subvold again on the next call\n"
+               "     --scan-max-extents=N\n"
+               "                   Measure filesystems without quotas only while they have at\n"
+               "                   most N data extents (default: 4194304, ~60 bytes each)\n"
                "  -v --verbose     Log debug messages too\n\n"
                "The bus address is taken from $DBUS_SYSTEM_BUS_ADDRESS when it is set.\n",
                program_invocation_short_name);
@@ -29,13 +34,14 @@ static void help(void) {
 
 /* Returns 1 to go on, 0 to exit successfully, negative on bad usage. */
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC };
+        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC, ARG_SCAN_MAX_EXTENTS };
         static const struct option options[] = {
                 { "help",      no_argument, NULL, 'h'           },
                 { "version",   no_argument, NULL, ARG_VERSION   },
                 { "mountinfo", no_argument, NULL, ARG_MOUNTINFO },
                 { "cache-dir", required_argument, NULL, ARG_CACHE_DIR },
                 { "exit-idle-sec", required_argument, NULL, ARG_EXIT_IDLE_SEC },
+                { "scan-max-extents", required_argument, NULL, ARG_SCAN_MAX_EXTENTS },
                 { "verbose",   no_argument, NULL, 'v'           },
                 {}
         };
@@ -69,6 +75,19 @@ static int parse_argv(int argc, char *argv[]) {
                                 return -EINVAL;
                         }
                         arg_exit_idle_usec = (uint64_t) sec * 1000000;
+                        break;
+                }
+                case ARG_SCAN_MAX_EXTENTS: {
+                        char *end;
+                        unsigned long long n;
+
+                        errno = 0;
+                        n = strtoull(optarg, &end, 10);
+                        if (errno || *end || !*optarg || optarg[0] == '-' || n > SIZE_MAX) {
+                                log_error("Invalid --scan-max-extents value: %s", optarg);
+                                return -EINVAL;
+                        }
+                        arg_scan_max_extents = (size_t) n;
                         break;
                 }
                 case 'v':
@@ -106,7 +125,7 @@ int main(int argc, char *argv[]) {
          * one large reply does not stay in our RSS. */
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 
-        r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, &m);
+        r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, arg_scan_max_extents, &m);
         free(arg_cache_dir);
         if (r < 0) {
                 log_error_errno(r, "Failed to allocate the manager: %m");

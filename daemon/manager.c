@@ -12,7 +12,8 @@
 #include "manager.h"
 #include "util.h"
 
-int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, Manager **ret) {
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, size_t scan_max_extents,
+                Manager **ret) {
         Manager *m = calloc(1, sizeof(Manager));
         int r;
 
@@ -20,6 +21,7 @@ int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_us
                 return -ENOMEM;
         m->mount_source = source;
         m->exit_idle_usec = exit_idle_usec;
+        m->scan_max_extents = scan_max_extents;
         if (cache_dir && !(m->cache_dir = strdup(cache_dir))) {
                 manager_free(m);
                 return -ENOMEM;
@@ -39,6 +41,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->refresh_timer);
         sd_event_source_disable_unref(m->idle_timer);
         watch_free(m->watch);
+        scanner_free(m->scanner);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
         model_free(m->model);
@@ -124,18 +127,19 @@ fail:
 int manager_refresh(Manager *m) {
         _cleanup_(model_freep) Model *old = NULL;
         Model *new = NULL;
-        bool pending;
+        bool pending, scanned;
         int r;
 
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);
         r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
         if (r < 0)
                 return r;
+        scanned = m->scanner && scanner_update(m->scanner, new);
         old = m->model;
         m->model = new;
         if (m->bus)
                 bus_objects_emit_changes(m->bus, old, new);
-        if (usage_was_read(old, new))
+        if (scanned || usage_was_read(old, new))
                 manager_save_cache(m);
         if (pending)
                 manager_schedule_refresh(m, USAGE_READ_INTERVAL_USEC);
@@ -164,6 +168,11 @@ static int manager_load(Manager *m) {
         if (r < 0)
                 return r;
         return 0;
+}
+
+static void on_scan_results(void *userdata) {
+        /* Published with the next refresh (at most one a second). */
+        manager_schedule_refresh(userdata, 50 * 1000);
 }
 
 static void on_watch_change(void *userdata) {
@@ -239,6 +248,9 @@ int manager_start(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to watch signals: %m");
 
+        r = scanner_new(m->event, m->scan_max_extents, on_scan_results, m, &m->scanner);
+        if (r < 0)
+                return log_error_errno(r, "Failed to start the scanner: %m");
         r = manager_load(m);
         if (r < 0)
                 return r;

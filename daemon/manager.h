@@ -9,6 +9,7 @@
 
 #include "model.h"
 #include "mounts.h"
+#include "scanner.h"
 #include "watch.h"
 
 /* Refreshes run at most this often, so that no object emits more than one
@@ -23,6 +24,8 @@ typedef struct Manager {
         char *cache_dir;       /* where the usage cache lives; NULL: not persisted */
         bool cache_write_failed;
         Watch *watch;
+        Scanner *scanner;
+        size_t scan_max_extents;
         sd_event_source *refresh_timer;  /* the next refresh, when one is due */
         uint64_t last_refresh;           /* CLOCK_MONOTONIC */
         uint64_t exit_idle_usec;         /* 0: never exit when idle */
@@ -32,7 +35,8 @@ typedef struct Manager {
 
 /* @cache_dir may be NULL (no persistent usage cache); @exit_idle_usec 0
  * keeps the daemon running. */
-int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, Manager **ret);
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, size_t scan_max_extents,
+                Manager **ret);
 Manager *manager_free(Manager *m);
 static inline void manager_freep(Manager **m) {
         manager_free(*m);

@@ -23,8 +23,10 @@ Model *model_free(Model *m) {
 Filesystem *filesystem_new(const uint8_t uuid[16]) {
         Filesystem *fs = calloc(1, sizeof(Filesystem));
 
-        if (fs)
+        if (fs) {
                 memcpy(fs->uuid, uuid, 16);
+                fs->scan_progress = 1.0;
+        }
         return fs;
 }
 

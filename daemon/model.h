@@ -85,6 +85,7 @@ struct Filesystem {
         bool quota_consistent;
         uint64_t usage_read_usec;      /* when usage was last read from the kernel */
         uint64_t usage_generation;     /* the committed transaction that usage is from */
+        double scan_progress;          /* share of subvolumes measured at their current state */
         Subvolume *subvolumes;         /* sorted by id */
         size_t n_subvolumes, allocated;
         Subvolume **by_path;           /* the same, sorted by path */

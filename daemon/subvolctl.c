@@ -613,6 +613,13 @@ static int print_value(sd_bus_message *m, bool json) {
                         printf("%" PRIu64, v);
                 return r;
         }
+        if (type == 'd') {
+                double d;
+                r = sd_bus_message_read_basic(m, 'd', &d);
+                if (r >= 0)
+                        printf("%g", d);
+                return r;
+        }
         if (type == 'b') {
                 int b;
                 r = sd_bus_message_read_basic(m, 'b', &b);
@@ -631,6 +638,9 @@ static int print_value(sd_bus_message *m, bool json) {
                 }
                 return r;
         }
+        /* A type subvold does not publish: keep the output well-formed. */
+        if (json)
+                fputs("null", stdout);
         return sd_bus_message_skip(m, NULL);
 }
 

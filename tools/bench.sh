@@ -146,6 +146,8 @@ export MNT
 
 TSV=$RESULTS/results.tsv
 USAGE_TSV=$RESULTS/usage.tsv
+SCAN_TSV=$RESULTS/scan.tsv
+printf 'N\tscan_ms\tbtrfs_fi_du_ms\tdu_ms\tscan_per_fi_du\trss_kib\thwm_kib\n' >"$SCAN_TSV"
 printf 'N\tread_ms\tsysfs_ms\tqgroup_show_ms\tread_per_show\tcold_ready_ms\twarm_ready_ms\tget_ref_us\tget_ref_p99_us\tgetid_us\tget_ref_per_getid\n' >"$USAGE_TSV"
 printf 'N\tobjects\tready_ms\tgmo_ms\tgmo_p99_ms\treply_bytes\tlist_ms\tgmo_per_list\tget_us\tget_p99_us\tgetid_us\tgetid_p99_us\tget_per_getid\trss_kib\thwm_kib\tbusctl_gmo_ms\tgmo_cpu_subvold_ms\tgmo_cpu_bus_ms\n' >"$TSV"
 
@@ -215,6 +217,26 @@ for N in "${NS[@]}"; do
 	}' >>"$TSV"
 	log "  $(tail -1 "$TSV")"
 
+	# ---- usage without quotas: subvold's scanner ----
+	# A fresh start reads every subvolume's tree; subvold logs how long that
+	# took from the first tree queued to the last one read ("Measured the
+	# usage of N subvolume(s) ... in X ms").  Against btrfs filesystem du -s
+	# and du -s on the same tree.
+	stop "$DAEMON_PID"
+	from=$(( $(wc -l <"$LOG") + 1 ))   # subvold logs into $LOG (see start_subvold)
+	line=$(start_subvold) || die "subvold did not get ready (see $LOG)"
+	DAEMON_PID=$(field pid "$line")
+	until tail -n +"$from" "$LOG" | grep -q "Measured the usage"; do sleep 0.05; done
+	scan_ms=$(tail -n +"$from" "$LOG" | sed -n 's/.*Measured the usage of .* in \([0-9.]*\) ms.*/\1/p' | head -1)
+	fidu_ms=$(RUNS=3 WARMUP=1 hf_median_ms "btrfs filesystem du -s $MNT") || die "btrfs filesystem du failed"
+	du_ms=$(RUNS=3 WARMUP=1 hf_median_ms "du -s $MNT") || die "du failed"
+	awk -v OFS='\t' -v n="$N" -v scan="$scan_ms" -v fidu="$fidu_ms" -v du="$du_ms" \
+		-v rss="$(awk '/^VmRSS/ {print $2}' "/proc/$DAEMON_PID/status")" \
+		-v hwm="$(awk '/^VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")" 'BEGIN {
+		print n, scan, fidu, du, sprintf("%.2f", scan / fidu), rss, hwm
+	}' >>"$SCAN_TSV"
+	log "  $(tail -1 "$SCAN_TSV")"
+
 	# ---- usage, with qgroups on ----
 	log "N=$N: quotas on"
 	btrfs quota enable "$MNT"
@@ -280,6 +302,12 @@ done
 		printf "  Get ReferencedBytes <= 2x GetId:                   %.2fx  %s\n", f[11], f[11] <= 2 ? "met" : "MISSED"
 		printf "  warm-cache start to ready < 100 ms:                %.1f ms  %s\n", f[7], f[7] < 100 ? "met" : "MISSED"
 	}' "$USAGE_TSV"
+	printf '\nusage without quotas: a full scan by subvold (first tree queued to last tree read) against\n'
+	printf 'btrfs filesystem du -s and du -s on the same filesystem (target: at most 0.25x btrfs fi du)\n'
+	printf '%6s %9s %11s %8s %9s %7s %7s\n' N "scan ms" "fi du ms" "du ms" "scan/fidu" "RSS MiB" "peak"
+	awk -F'\t' 'NR > 1 {
+		printf "%6d %9.1f %11.1f %8.1f %9.2f %7.1f %7.1f\n", $1, $2, $3, $4, $5, $6 / 1024, $7 / 1024
+	}' "$SCAN_TSV"
 	if [ -f "$RESULTS/idle.txt" ]; then
 		printf '\nidle CPU of subvold, nothing changing (target: under 0.1%% of one core at N=1000):\n'
 		sed 's/^/  /' "$RESULTS/idle.txt"

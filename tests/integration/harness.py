@@ -40,6 +40,20 @@ def run(*args, check=True, **kw):
     return p.stdout
 
 
+_ACTIVE_STACKS = set()
+
+
+def _on_sigterm(signo, frame):
+    """meson kills a test that runs past its timeout with SIGTERM: undo the
+    mounts, loop devices and processes first, then go."""
+    for stack in list(_ACTIVE_STACKS):
+        try:
+            stack.close()
+        except Exception:  # noqa: BLE001 -- best effort on the way out
+            pass
+    os._exit(128 + signo)
+
+
 class TestCase(unittest.TestCase):
     """Base class: skips (exit 77 via main()) unless root; gives an ExitStack."""
 
@@ -49,6 +63,8 @@ class TestCase(unittest.TestCase):
         if not SUBVOLD or not os.access(SUBVOLD, os.X_OK):
             self.fail("SUBVOLD_BINARY is not set to the built daemon")
         self.stack = contextlib.ExitStack()
+        _ACTIVE_STACKS.add(self.stack)
+        self.addCleanup(_ACTIVE_STACKS.discard, self.stack)
         self.addCleanup(self.stack.close)
         self.tmp = tempfile.mkdtemp(prefix="subvold-test-")
         self.stack.callback(shutil.rmtree, self.tmp, ignore_errors=True)
@@ -361,6 +377,7 @@ def superblock_generation(device):
 
 def main():
     """unittest.main(), but exit 77 (skipped) when every test was skipped."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     prog = unittest.main(exit=False, verbosity=2)
     r = prog.result
     if not r.wasSuccessful():

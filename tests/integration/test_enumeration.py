@@ -8,7 +8,8 @@ import os
 
 from harness import (FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, Btrfs, Bus, BusError, Daemon,
                      TestCase, btrfs_rootid, btrfs_subvolume_list, btrfs_subvolume_show, bytestring,
-                     display_path, main, root_items, run, snapshot, subvolume_create, superblock_generation)
+                     display_path, main, root_items, run, snapshot, subvolume_create, superblock_generation,
+                     wait_for)
 
 WEIRD_NAMES = [b"with space", b"new\nline", b"bad\xffname"]
 
@@ -71,8 +72,14 @@ class EnumerationTest(TestCase):
         """Our two filesystems' objects (the machine may have other btrfs
         mounts, and other tests may mount and unmount theirs meanwhile)."""
         daemon = Daemon(self, self.bus, *args)
+        # Usage comes in as the scanner finishes: wait for it, and leave out
+        # when it was read, which differs from run to run.
+        for fs in (self.a, self.b):
+            wait_for(lambda: self.bus.get(fs.object_path, FS_IFACE, "ScanProgress") == 1.0, "the scan")
         objects = self.bus.managed_objects()
         daemon.stop()
+        for value in objects.values():
+            value.get(SUBVOLUME_IFACE, {}).pop("UsageUpdated", None)
         return {path: value for path, value in objects.items()
                 if path.startswith((self.a.object_path, self.b.object_path))}
 

@@ -89,7 +89,10 @@ class UsageTest(TestCase):
         return objects
 
     def test_quotas_off(self):
+        """Without quotas, usage comes from subvold's own scanner
+        (tests/integration/test_scan.py checks its figures)."""
         self.start()
+        wait_for(lambda: self.bus.get(self.fs.object_path, FS_IFACE, "ScanProgress") == 1.0, "the scan")
         objects = self.objects()
         fs = objects[self.fs.object_path][FS_IFACE]
         self.assertEqual((fs["QuotaMode"], fs["QuotaConsistent"]), ("disabled", True))
@@ -100,13 +103,16 @@ class UsageTest(TestCase):
         for path, v in objects.items():
             if SUBVOLUME_IFACE in v:
                 props = v[SUBVOLUME_IFACE]
-                self.assertEqual([props[p] for p in USAGE_PROPS + ("Inodes",)], [UNKNOWN] * 5)
-                self.assertEqual(props["UsageSource"], "none")
-        # Without figures, statfs is the filesystem's own.
+                self.assertEqual([props["ReferencedLimitBytes"], props["ExclusiveLimitBytes"]], [UNKNOWN] * 2)
+                self.assertEqual(props["UsageSource"], "scan")
+                self.assertNotEqual(props["Inodes"], UNKNOWN)
+        # Without limits, statfs is the filesystem's own; files are the inodes.
+        vol = objects[self.subvolume("vol")][SUBVOLUME_IFACE]
         sf = self.statfs(self.subvolume("vol"))
         self.assertEqual((sf["bsize"], sf["blocks"], sf["bfree"], sf["bavail"], sf["namelen"], sf["flags"]),
                          (st.f_bsize, st.f_blocks, st.f_bfree, st.f_bavail, st.f_namemax, st.f_flag))
-        self.assertEqual((sf["files"], sf["ffree"], sf["source"], sf["referenced"]), (0, 0, "none", UNKNOWN))
+        self.assertEqual((sf["files"], sf["ffree"], sf["source"], sf["referenced"]),
+                         (vol["Inodes"], 0, "scan", vol["ReferencedBytes"]))
         # Reading never enables quotas.
         self.assertFalse(os.path.exists(f"/sys/fs/btrfs/{self.fs.uuid}/qgroups"))
 

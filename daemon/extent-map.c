@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "extent-map.h"
+#include "util.h"
+
+struct ExtentSlot {
+        uint64_t bytenr;         /* 0: empty (no data extent lives at 0) */
+        uint64_t bytes;
+        uint64_t id_sum;         /* sum of the referring subvolumes' ids */
+        uint32_t users;
+};
+
+static size_t slot_index(const ExtentMap *m, uint64_t bytenr) {
+        /* Fibonacci hashing of the byte number; extents are 4 KiB aligned. */
+        return (size_t) ((bytenr >> 12) * 0x9e3779b97f4a7c15ULL) & (m->n_slots - 1);
+}
+
+static struct ExtentSlot *slot_find(const ExtentMap *m, uint64_t bytenr) {
+        if (m->n_slots == 0)
+                return NULL;
+        for (size_t i = slot_index(m, bytenr);; i = (i + 1) & (m->n_slots - 1)) {
+                if (m->slots[i].bytenr == bytenr)
+                        return &m->slots[i];
+                if (m->slots[i].bytenr == 0)
+                        return NULL;
+        }
+}
+
+static int slots_grow(ExtentMap *m) {
+        size_t n = m->n_slots ? m->n_slots * 2 : 1024;
+        struct ExtentSlot *old = m->slots, *slots = calloc(n, sizeof(*slots));
+        size_t old_n = m->n_slots;
+
+        if (!slots)
+                return -ENOMEM;
+        m->slots = slots;
+        m->n_slots = n;
+        for (size_t i = 0; i < old_n; i++) {
+                if (old[i].bytenr == 0)
+                        continue;
+                size_t j = slot_index(m, old[i].bytenr);
+                while (slots[j].bytenr != 0)
+                        j = (j + 1) & (n - 1);
+                slots[j] = old[i];
+        }
+        free(old);
+        return 0;
+}
+
+/* Removes a slot, keeping the probe chains intact (backward shift). */
+static void slot_delete(ExtentMap *m, struct ExtentSlot *s) {
+        size_t i = (size_t) (s - m->slots), j = i;
+
+        for (;;) {
+                j = (j + 1) & (m->n_slots - 1);
+                if (m->slots[j].bytenr == 0)
+                        break;
+                size_t home = slot_index(m, m->slots[j].bytenr);
+                /* Move j back to i unless its home lies cyclically in (i, j]. */
+                if ((i < j) ? (home <= i || home > j) : (home <= i && home > j)) {
+                        m->slots[i] = m->slots[j];
+                        i = j;
+                }
+        }
+        m->slots[i] = (struct ExtentSlot) {};
+        m->n_used--;
+}
+
+static int cmp_user(const void *a, const void *b) {
+        uint64_t x = ((const ExtentUser *) a)->id, y = ((const ExtentUser *) b)->id;
+        return x < y ? -1 : x > y;
+}
+
+const ExtentUser *extent_map_find_user(const ExtentMap *m, uint64_t id) {
+        ExtentUser key = { .id = id };
+
+        return m->n_users ? bsearch(&key, m->users, m->n_users, sizeof(ExtentUser), cmp_user) : NULL;
+}
+
+static ExtentUser *find_user(ExtentMap *m, uint64_t id) {
+        return (ExtentUser *) extent_map_find_user(m, id);
+}
+
+/* One more subvolume refers to extent @e. */
+static int ref_add(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
+        struct ExtentSlot *s = slot_find(m, e->bytenr);
+        int r;
+
+        u->referenced += e->bytes;
+        if (!s) {
+                if ((m->n_used + 1) * 4 > m->n_slots * 3) {  /* keep the load under 3/4 */
+                        r = slots_grow(m);
+                        if (r < 0)
+                                return r;
+                }
+                size_t i = slot_index(m, e->bytenr);
+                while (m->slots[i].bytenr != 0)
+                        i = (i + 1) & (m->n_slots - 1);
+                m->slots[i] = (struct ExtentSlot) { .bytenr = e->bytenr, .bytes = e->bytes, .id_sum = u->id, .users = 1 };
+                m->n_used++;
+                u->exclusive += e->bytes;
+                return 0;
+        }
+        if (s->users == 1) {
+                ExtentUser *owner = find_user(m, s->id_sum);  /* shared from now on */
+                if (owner)
+                        owner->exclusive -= s->bytes;
+        }
+        s->users++;
+        s->id_sum += u->id;
+        return 0;
+}
+
+/* One subvolume fewer refers to extent @e. */
+static void ref_remove(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
+        struct ExtentSlot *s = slot_find(m, e->bytenr);
+
+        u->referenced -= e->bytes;
+        if (!s)
+                return;
+        s->users--;
+        s->id_sum -= u->id;
+        if (s->users == 0) {
+                u->exclusive -= s->bytes;
+                slot_delete(m, s);
+        } else if (s->users == 1) {
+                ExtentUser *owner = find_user(m, s->id_sum);  /* its own now */
+                if (owner)
+                        owner->exclusive += s->bytes;
+        }
+}
+
+static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
+        ExtentUser *u = find_user(m, id);
+
+        if (u)
+                return u;
+        if (grow_array(&m->users, &m->allocated_users, m->n_users + 1, sizeof(ExtentUser)) < 0)
+                return NULL;
+        m->users[m->n_users++] = (ExtentUser) { .id = id };
+        qsort(m->users, m->n_users, sizeof(ExtentUser), cmp_user);
+        return find_user(m, id);
+}
+
+int extent_map_set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
+                        uint64_t inodes, uint64_t scanned_usec, DataExtent *extents, size_t n_extents) {
+        ExtentUser *u = user_get(m, id);
+        int r;
+
+        if (!u) {
+                free(extents);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < u->n_extents; i++)
+                ref_remove(m, u, &u->extents[i]);
+        free(u->extents);
+        u->extents = NULL;
+        u->n_extents = 0;
+        u->referenced = u->exclusive = 0;
+        for (size_t i = 0; i < n_extents; i++) {
+                /* user_get() may not move u from here on: no insertion. */
+                r = ref_add(m, u, &extents[i]);
+                if (r < 0) {
+                        /* Undo, so that the map stays exact. */
+                        while (i-- > 0)
+                                ref_remove(m, u, &extents[i]);
+                        free(extents);
+                        return r;
+                }
+        }
+        u->extents = extents;
+        u->n_extents = n_extents;
+        u->generation = generation;
+        u->change_generation = change_generation;
+        u->inodes = inodes;
+        u->scanned_usec = scanned_usec;
+        return 0;
+}
+
+void extent_map_remove_user(ExtentMap *m, uint64_t id) {
+        ExtentUser *u = find_user(m, id);
+
+        if (!u)
+                return;
+        for (size_t i = 0; i < u->n_extents; i++)
+                ref_remove(m, u, &u->extents[i]);
+        free(u->extents);
+        memmove(u, u + 1, (size_t) (m->users + m->n_users - (u + 1)) * sizeof(ExtentUser));
+        m->n_users--;
+}
+
+void extent_map_done(ExtentMap *m) {
+        for (size_t i = 0; i < m->n_users; i++)
+                free(m->users[i].extents);
+        free(m->users);
+        free(m->slots);
+        *m = (ExtentMap) {};
+}

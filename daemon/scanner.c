@@ -1,0 +1,437 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <inttypes.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+#include "extent-map.h"
+#include "fs-btrfs.h"
+#include "scanner.h"
+#include "util.h"
+
+typedef struct Job {
+        uint8_t uuid[16];
+        char *point;             /* a mount point of the filesystem */
+        uint64_t mount_id;
+        MountSource source;
+        uint64_t id, generation, change_generation;
+        uint64_t fs_generation, fs_fingerprint;  /* of the filesystem when queued */
+} Job;
+
+typedef struct Result {
+        Job job;
+        int error;
+        uint64_t inodes;
+        DataExtent *extents;
+        size_t n_extents;
+        uint64_t finished_usec;  /* CLOCK_REALTIME */
+        uint64_t finished_mono;  /* CLOCK_MONOTONIC */
+} Result;
+
+typedef struct Failure {
+        uint64_t id, generation, change_generation;
+} Failure;
+
+typedef struct ScanFs {
+        uint8_t uuid[16];
+        ExtentMap map;
+        Failure *failures;       /* trees that could not be read: not again until they change */
+        size_t n_failures, allocated_failures;
+        bool too_big;            /* past max_extents: no figures for it */
+        bool seen;
+        size_t batch;            /* trees read since the filesystem was last complete */
+        uint64_t batch_start, batch_end;  /* CLOCK_MONOTONIC µs: first queued, last read */
+} ScanFs;
+
+struct Scanner {
+        sd_event_source *wakeup;
+        int wakeup_fd;
+        void (*on_results)(void *userdata);
+        void *userdata;
+        size_t max_extents;
+
+        /* Shared with the worker, under lock. */
+        pthread_t thread;
+        bool thread_started;
+        pthread_mutex_t lock;
+        pthread_cond_t more;
+        bool stop;
+        Job *jobs;
+        size_t n_jobs, allocated_jobs;
+        Result *results;
+        size_t n_results, allocated_results;
+        bool busy;
+        Job current;             /* while busy: what the worker reads */
+        volatile bool cancel_current;
+
+        /* The main thread's own. */
+        ScanFs *fss;
+        size_t n_fss, allocated_fss;
+};
+
+static uint64_t clock_usec(clockid_t clock) {
+        struct timespec ts;
+
+        clock_gettime(clock, &ts);
+        return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* ---- the worker ---- */
+
+static void worker_lower_priority(void) {
+        /* Idle I/O class, nice 19: scanning yields to everything else.
+         * Both apply to this thread only. */
+        enum { IOPRIO_WHO_PROCESS = 1, IOPRIO_CLASS_IDLE = 3, IOPRIO_CLASS_SHIFT = 13 };
+
+        if (syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT) < 0)
+                log_debug_errno(errno, "Cannot lower the scanner's I/O priority: %m");
+        if (setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), 19) < 0)
+                log_debug_errno(errno, "Cannot lower the scanner's CPU priority: %m");
+}
+
+/* Reads one tree.  *fd is kept open across a run of jobs on the same
+ * mount (opening a clone of the mount costs more than reading a small
+ * tree); the worker closes it whenever it runs out of work. */
+static void worker_scan(Scanner *s, const Job *job, int *fd, Result *res) {
+        Mount mount = { .id = job->mount_id, .point = job->point };
+
+        res->error = 0;
+        if (*fd < 0)
+                res->error = btrfs_open_mount(&mount, job->source, fd);
+        if (res->error >= 0)
+                res->error = btrfs_scan_subvolume(*fd, job->id, &s->cancel_current, &res->inodes, &res->extents,
+                                                  &res->n_extents);
+        res->finished_usec = clock_usec(CLOCK_REALTIME);
+        res->finished_mono = clock_usec(CLOCK_MONOTONIC);
+}
+
+static void *worker(void *userdata) {
+        Scanner *s = userdata;
+        _cleanup_close_ int fd = -1;
+        uint8_t fd_uuid[16] = {};
+        uint64_t fd_mount = 0, one = 1;
+
+        worker_lower_priority();
+        pthread_mutex_lock(&s->lock);
+        for (;;) {
+                Result res = {};
+
+                if (s->n_jobs == 0 && fd >= 0) {
+                        /* Out of work: no fd stays on any mount. */
+                        closep(&fd);
+                        fd = -1;
+                }
+                while (!s->stop && s->n_jobs == 0)
+                        pthread_cond_wait(&s->more, &s->lock);
+                if (s->stop)
+                        break;
+                s->current = s->jobs[0];
+                memmove(s->jobs, s->jobs + 1, --s->n_jobs * sizeof(Job));
+                s->busy = true;
+                s->cancel_current = false;
+                pthread_mutex_unlock(&s->lock);
+
+                res.job = s->current;
+                if (fd >= 0 && (fd_mount != res.job.mount_id || memcmp(fd_uuid, res.job.uuid, 16) != 0)) {
+                        closep(&fd);
+                        fd = -1;
+                }
+                worker_scan(s, &res.job, &fd, &res);
+                if (res.error < 0 && fd >= 0) {
+                        closep(&fd);  /* the mount may be gone: open afresh next time */
+                        fd = -1;
+                }
+                fd_mount = res.job.mount_id;
+                memcpy(fd_uuid, res.job.uuid, 16);
+
+                pthread_mutex_lock(&s->lock);
+                s->busy = false;
+                if (s->cancel_current ||
+                    grow_array(&s->results, &s->allocated_results, s->n_results + 1, sizeof(Result)) < 0) {
+                        free(res.job.point);
+                        free(res.extents);
+                } else
+                        s->results[s->n_results++] = res;
+                /* Wake the main loop when a run is done, or now and then
+                 * during a long one: it publishes at most once a second. */
+                if (s->n_jobs == 0 || s->n_results % 256 == 0)
+                        (void) write(s->wakeup_fd, &one, sizeof one);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return NULL;
+}
+
+/* ---- the main thread ---- */
+
+static int on_wakeup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        Scanner *s = userdata;
+        uint64_t n;
+
+        (void) read(fd, &n, sizeof n);
+        s->on_results(s->userdata);
+        return 0;
+}
+
+int scanner_new(sd_event *event, size_t max_extents, void (*on_results)(void *userdata), void *userdata,
+                Scanner **ret) {
+        Scanner *s = calloc(1, sizeof(Scanner));
+        int r;
+
+        if (!s)
+                return -ENOMEM;
+        s->on_results = on_results;
+        s->userdata = userdata;
+        s->max_extents = max_extents;
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->more, NULL);
+        s->wakeup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (s->wakeup_fd < 0) {
+                r = -errno;
+                goto fail;
+        }
+        r = sd_event_add_io(event, &s->wakeup, s->wakeup_fd, EPOLLIN, on_wakeup, s);
+        if (r < 0)
+                goto fail;
+        r = -pthread_create(&s->thread, NULL, worker, s);
+        if (r < 0)
+                goto fail;
+        s->thread_started = true;
+        *ret = s;
+        return 0;
+fail:
+        scanner_free(s);
+        return r;
+}
+
+Scanner *scanner_free(Scanner *s) {
+        if (!s)
+                return NULL;
+        if (s->thread_started) {
+                pthread_mutex_lock(&s->lock);
+                s->stop = true;
+                s->cancel_current = true;
+                pthread_cond_signal(&s->more);
+                pthread_mutex_unlock(&s->lock);
+                pthread_join(s->thread, NULL);
+        }
+        for (size_t i = 0; i < s->n_jobs; i++)
+                free(s->jobs[i].point);
+        for (size_t i = 0; i < s->n_results; i++) {
+                free(s->results[i].job.point);
+                free(s->results[i].extents);
+        }
+        for (size_t i = 0; i < s->n_fss; i++) {
+                extent_map_done(&s->fss[i].map);
+                free(s->fss[i].failures);
+        }
+        free(s->jobs);
+        free(s->results);
+        free(s->fss);
+        sd_event_source_disable_unref(s->wakeup);
+        closep(&s->wakeup_fd);
+        pthread_cond_destroy(&s->more);
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return NULL;
+}
+
+static ScanFs *scan_fs_find(Scanner *s, const uint8_t uuid[16]) {
+        for (size_t i = 0; i < s->n_fss; i++)
+                if (memcmp(s->fss[i].uuid, uuid, 16) == 0)
+                        return &s->fss[i];
+        return NULL;
+}
+
+static ScanFs *scan_fs_get(Scanner *s, const uint8_t uuid[16]) {
+        ScanFs *f = scan_fs_find(s, uuid);
+
+        if (f)
+                return f;
+        if (grow_array(&s->fss, &s->allocated_fss, s->n_fss + 1, sizeof(ScanFs)) < 0)
+                return NULL;
+        f = &s->fss[s->n_fss++];
+        *f = (ScanFs) {};
+        memcpy(f->uuid, uuid, 16);
+        return f;
+}
+
+/* Under lock: whether subvolume @id of @uuid is queued or being read. */
+static bool job_pending(const Scanner *s, const uint8_t uuid[16], uint64_t id) {
+        if (s->busy && s->current.id == id && memcmp(s->current.uuid, uuid, 16) == 0)
+                return true;
+        for (size_t i = 0; i < s->n_jobs; i++)
+                if (s->jobs[i].id == id && memcmp(s->jobs[i].uuid, uuid, 16) == 0)
+                        return true;
+        return false;
+}
+
+/* Under lock: drops queued work for a filesystem that is gone. */
+static void jobs_cancel(Scanner *s, const uint8_t uuid[16]) {
+        size_t out = 0;
+
+        for (size_t i = 0; i < s->n_jobs; i++) {
+                if (memcmp(s->jobs[i].uuid, uuid, 16) == 0)
+                        free(s->jobs[i].point);
+                else
+                        s->jobs[out++] = s->jobs[i];
+        }
+        s->n_jobs = out;
+        if (s->busy && memcmp(s->current.uuid, uuid, 16) == 0)
+                s->cancel_current = true;
+}
+
+/* Folds the finished scans into the extent maps. */
+static bool scanner_take_results(Scanner *s) {
+        Result *results;
+        size_t n;
+        bool changed = false;
+
+        pthread_mutex_lock(&s->lock);
+        results = s->results;
+        n = s->n_results;
+        s->results = NULL;
+        s->n_results = s->allocated_results = 0;
+        pthread_mutex_unlock(&s->lock);
+
+        for (size_t i = 0; i < n; i++) {
+                Result *res = &results[i];
+                ScanFs *f = scan_fs_find(s, res->job.uuid);
+
+                free(res->job.point);
+                if (f && !f->too_big && res->error < 0 && res->error != -ECANCELED &&
+                    grow_array(&f->failures, &f->allocated_failures, f->n_failures + 1, sizeof(Failure)) >= 0) {
+                        /* Deleted meanwhile, most likely; if not, it is
+                         * tried again when its tree changes. */
+                        log_debug_errno(res->error, "Scan of subvolume %" PRIu64 " failed: %m", res->job.id);
+                        f->failures[f->n_failures++] = (Failure) { res->job.id, res->job.generation,
+                                                                   res->job.change_generation };
+                }
+                if (!f || f->too_big || res->error < 0) {
+                        free(res->extents);
+                        continue;
+                }
+                if (extent_map_set_user(&f->map, res->job.id, res->job.generation, res->job.change_generation,
+                                        res->inodes, res->finished_usec, res->extents, res->n_extents) < 0)
+                        continue;
+                /* A subvolume changed in the running transaction keeps its
+                 * generation through the commit, which may still change
+                 * what the tree holds: read it again after the commit. */
+                ExtentUser *u = (ExtentUser *) extent_map_find_user(&f->map, res->job.id);
+                u->tentative = res->job.generation >= res->job.fs_generation ||
+                               res->job.change_generation >= res->job.fs_generation;
+                u->tentative_fingerprint = res->job.fs_fingerprint;
+                changed = true;
+                f->batch++;
+                f->batch_end = res->finished_mono;
+                if (extent_map_size(&f->map) > s->max_extents) {
+                        char buf[UUID_STRING_MAX];
+                        log_warning("btrfs filesystem %s has more than %zu data extents; not measuring its "
+                                    "usage (see --scan-max-extents).", uuid_format(f->uuid, buf), s->max_extents);
+                        extent_map_done(&f->map);
+                        f->too_big = true;
+                }
+        }
+        free(results);
+        return changed;
+}
+
+/* A mount through which the worker can read @fs. */
+static const Mount *filesystem_mount(const Model *model, const Filesystem *fs) {
+        for (size_t i = 0; i < model->mounts.n_mounts; i++)
+                if (model->mount_filesystem[i] == fs && mount_table_is_reachable(&model->mounts, &model->mounts.mounts[i]))
+                        return &model->mounts.mounts[i];
+        return NULL;
+}
+
+static bool failed_before(const ScanFs *f, const Subvolume *sv) {
+        for (size_t i = 0; i < f->n_failures; i++)
+                if (f->failures[i].id == sv->id && f->failures[i].generation == sv->generation &&
+                    f->failures[i].change_generation == sv->change_generation)
+                        return true;
+        return false;
+}
+
+/* Under lock. */
+static void job_queue(Scanner *s, const Model *model, const Filesystem *fs, ScanFs *f, const Subvolume *sv) {
+        const Mount *m = filesystem_mount(model, fs);
+        Job job;
+
+        if (!m || failed_before(f, sv) || job_pending(s, fs->uuid, sv->id) ||
+            grow_array(&s->jobs, &s->allocated_jobs, s->n_jobs + 1, sizeof(Job)) < 0)
+                return;
+        if (f->batch == 0 && f->batch_start == 0)
+                f->batch_start = clock_usec(CLOCK_MONOTONIC);
+        job = (Job) { .point = strdup(m->point), .mount_id = m->id, .source = model->mounts.source, .id = sv->id,
+                      .generation = sv->generation, .change_generation = sv->change_generation,
+                      .fs_generation = fs->generation, .fs_fingerprint = fs->root_fingerprint };
+        if (!job.point)
+                return;
+        memcpy(job.uuid, fs->uuid, 16);
+        s->jobs[s->n_jobs++] = job;
+        pthread_cond_signal(&s->more);
+}
+
+bool scanner_update(Scanner *s, Model *model) {
+        bool changed = scanner_take_results(s);
+
+        for (size_t i = 0; i < s->n_fss; i++)
+                s->fss[i].seen = false;
+        pthread_mutex_lock(&s->lock);
+        for (size_t i = 0; i < model->n_filesystems; i++) {
+                Filesystem *fs = model->filesystems[i];
+                size_t done = 0;
+                ScanFs *f;
+
+                fs->scan_progress = 1.0;
+                if (fs->quota_mode != QUOTA_MODE_DISABLED)
+                        continue;  /* btrfs counts: nothing to measure */
+                f = scan_fs_get(s, fs->uuid);
+                if (!f)
+                        continue;
+                f->seen = true;
+                if (f->too_big)
+                        continue;
+                /* Forget subvolumes that were deleted. */
+                for (size_t j = f->map.n_users; j-- > 0;)
+                        if (!filesystem_find_subvolume(fs, f->map.users[j].id))
+                                extent_map_remove_user(&f->map, f->map.users[j].id);
+                for (size_t j = 0; j < fs->n_subvolumes; j++) {
+                        Subvolume *sv = &fs->subvolumes[j];
+                        const ExtentUser *u = extent_map_find_user(&f->map, sv->id);
+
+                        if (u) {
+                                sv->usage = (Usage) {
+                                        .referenced = u->referenced, .exclusive = u->exclusive, .inodes = u->inodes,
+                                        .referenced_limit = USAGE_UNKNOWN, .exclusive_limit = USAGE_UNKNOWN,
+                                        .source = USAGE_SOURCE_SCAN, .consistent = true,
+                                        .updated_usec = u->scanned_usec,
+                                };
+                        }
+                        if (u && u->generation == sv->generation && u->change_generation == sv->change_generation &&
+                            !(u->tentative && u->tentative_fingerprint != fs->root_fingerprint))
+                                done++;
+                        else
+                                job_queue(s, model, fs, f, sv);
+                }
+                fs->scan_progress = fs->n_subvolumes ? (double) done / (double) fs->n_subvolumes : 1.0;
+                if (done == fs->n_subvolumes && f->batch > 0) {
+                        char buf[UUID_STRING_MAX];
+                        log_info("Measured the usage of %zu subvolume(s) of %s in %.1f ms.", f->batch,
+                                 uuid_format(fs->uuid, buf), (double) (f->batch_end - f->batch_start) / 1000);
+                        f->batch = 0;
+                        f->batch_start = 0;
+                }
+        }
+        /* Filesystems that went away (or turned quotas on). */
+        for (size_t i = s->n_fss; i-- > 0;) {
+                if (s->fss[i].seen)
+                        continue;
+                jobs_cancel(s, s->fss[i].uuid);
+                extent_map_done(&s->fss[i].map);
+                free(s->fss[i].failures);
+                s->fss[i] = s->fss[--s->n_fss];
+        }
+        pthread_mutex_unlock(&s->lock);
+        return changed;
+}

@@ -1,0 +1,520 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Per-subvolume usage that subvold measures itself when btrfs quotas are
+off (UsageSource "scan"), against the sizes the fixtures wrote and against
+the subvolume trees as btrfs-progs dumps them (`btrfs inspect-internal
+dump-tree`); once against qgroups, enabled after the scan."""
+
+import collections
+import os
+import re
+import threading
+
+from harness import (FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
+                     btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for)
+
+KiB = 1 << 10
+MiB = 1 << 20
+SCAN_TIMEOUT = 90  # generous: a slow machine must fail nothing; nothing here measures time
+
+Usage = collections.namedtuple("Usage", "inodes referenced exclusive")
+
+
+def write_random(path, size):
+    """Incompressible data, so sizes on disk are predictable."""
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+
+
+def pwrite(path, offset, data):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def settle(mountpoint):
+    """Commits everything, so that extents are allocated and on disk."""
+    os.sync()
+    run("btrfs", "filesystem", "sync", mountpoint)
+
+
+# ---------------------------------------------------------------- ground truth: dump-tree
+
+# btrfs-progs (checked with v6.2) prints each leaf item as a line
+#   "\titem 16 key (257 EXTENT_DATA 0) itemoff 15456 itemsize 53"
+# followed by its fields on lines indented by two tabs.  A file extent is
+#   "\t\tgeneration 7 type 1 (regular)"
+#   "\t\textent data disk byte 14680064 nr 1048576"        (disk_bytenr, disk_num_bytes)
+#   "\t\textent data offset 0 nr 1048576 ram 1048576"
+#   "\t\textent compression 0 (none)"
+# or, preallocated, "type 2 (prealloc)" and "\t\tprealloc data disk byte B nr N",
+# or inline, "type 0 (inline)" and "\t\tinline extent data size 100 ram_bytes 100 ...".
+# Holes (without the no-holes feature) are regular extents at disk byte 0.
+# Nodes list their children as "\tkey (...) block B gen G" lines, which are no items.
+_ITEM_RE = re.compile(r"^\titem \d+ key \((\S+) (\S+) (\d+)\) itemoff \d+ itemsize \d+\n((?:\t\t.*\n)*)", re.M)
+_LEAF_RE = re.compile(r"^leaf (\d+) items (\d+) ", re.M)
+_NODE_RE = re.compile(r"^node (\d+) level \d+ items \d+ ", re.M)
+_EXTENT_TYPE_RE = re.compile(r"^\t\tgeneration \d+ type (\d+) \(", re.M)
+_DISK_RE = re.compile(r"^\t\t(?:extent|prealloc) data disk byte (\d+) nr (\d+)$", re.M)
+EXTENT_INLINE, EXTENT_REGULAR, EXTENT_PREALLOC = 0, 1, 2
+
+Tree = collections.namedtuple("Tree", "inodes extents inline blocks")
+
+
+def dump_tree(device, tree_id):
+    # The block device's page cache may hold tree blocks from an earlier
+    # dump that btrfs has since rewritten (btrfs writes around that cache).
+    run("blockdev", "--flushbufs", device)
+    return run("btrfs", "inspect-internal", "dump-tree", "-t", str(tree_id), device).decode(errors="replace")
+
+
+def parse_tree(text):
+    """A subvolume tree's INODE_ITEM count, its data extents {disk_bytenr:
+    disk_num_bytes} (regular and preallocated, holes left out), its number
+    of inline extents and the bytenrs of its tree blocks."""
+    inodes = 0
+    extents = {}
+    inline = 0
+    items = 0
+    for m in _ITEM_RE.finditer(text):
+        items += 1
+        item_type, body = m[2], m[4]
+        if item_type == "INODE_ITEM":
+            inodes += 1
+        elif item_type == "EXTENT_DATA":
+            t = _EXTENT_TYPE_RE.search(body)
+            if not t:
+                raise AssertionError(f"unparsed file extent item: {m[0]!r}")
+            extent_type = int(t[1])
+            if extent_type == EXTENT_INLINE:
+                inline += 1
+            elif extent_type in (EXTENT_REGULAR, EXTENT_PREALLOC):
+                d = _DISK_RE.search(body)
+                if not d:
+                    raise AssertionError(f"unparsed file extent item: {m[0]!r}")
+                bytenr, size = int(d[1]), int(d[2])
+                if bytenr == 0:
+                    continue  # a hole
+                if extents.setdefault(bytenr, size) != size:
+                    raise AssertionError(f"extent {bytenr} with two sizes: {extents[bytenr]}, {size}")
+            else:
+                raise AssertionError(f"unknown file extent type {extent_type}: {m[0]!r}")
+    leaves = {int(b): int(n) for b, n in _LEAF_RE.findall(text)}
+    # Every item of every leaf went through the parser above.
+    if items != sum(leaves.values()) or not leaves:
+        raise AssertionError(f"parsed {items} items of {sum(leaves.values())} in {len(leaves)} leaves")
+    return Tree(inodes, extents, inline, set(leaves) | {int(b) for b in _NODE_RE.findall(text)})
+
+
+def trees(device, ids):
+    return {i: parse_tree(dump_tree(device, i)) for i in ids}
+
+
+def extents_by_subvolume(device, ids):
+    """{subvolume id: {disk_bytenr: disk_num_bytes}} of its data extents."""
+    return {i: t.extents for i, t in trees(device, ids).items()}
+
+
+def inode_count(device, subvolume_id):
+    return parse_tree(dump_tree(device, subvolume_id)).inodes
+
+
+def usage_from_trees(parsed):
+    """The contract, computed from the trees: referenced is the on-disk size
+    of every distinct data extent a subvolume references, once each and
+    whole even when only part of it is still in use; exclusive, of those no
+    other subvolume references."""
+    owners = collections.Counter(b for t in parsed.values() for b in t.extents)
+    return {i: Usage(t.inodes, sum(t.extents.values()), sum(n for b, n in t.extents.items() if owners[b] == 1))
+            for i, t in parsed.items()}
+
+
+def subvolume_ids(mountpoint):
+    return {5, *btrfs_subvolume_list(mountpoint)}
+
+
+def fds_on(pid, fsids):
+    """The fds of @pid on a file system whose statfs() f_fsid is in @fsids:
+    through the /proc magic links, whatever mount (or clone) they are on."""
+    on = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.statvfs(f"/proc/{pid}/fd/{fd}").f_fsid in fsids:
+                on.append(fd)
+        except OSError:
+            pass  # closed in between
+    return on
+
+
+def nodesize(device):
+    out = run("btrfs", "inspect-internal", "dump-super", device).decode()
+    return int(re.search(r"^nodesize\s+(\d+)", out, re.M)[1])
+
+
+def qgroup_show(mountpoint):
+    """Level-0 qgroups as btrfs-progs reports them: id -> (rfer, excl)."""
+    out = run("btrfs", "qgroup", "show", "--raw", mountpoint).decode()
+    result = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if fields and fields[0].startswith("0/"):
+            result[int(fields[0][2:])] = (int(fields[1]), int(fields[2]))
+    return result
+
+
+# ---------------------------------------------------------------- the tests
+
+class ScanTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.bus = Bus(self)
+        self.mountpoints = []
+
+    def tearDown(self):
+        if hasattr(self, "daemon") and not self.daemon.stopped:
+            self.daemon.stop()
+        super().tearDown()
+
+    def make_fs(self, name="fs", *options, size="512M"):
+        """A fresh btrfs (quotas off, as mkfs leaves them), mounted."""
+        fs = Btrfs(self, name, size=size)
+        mnt = fs.mount(self.path(name), *options)
+        self.mountpoints.append(mnt)
+        return fs, mnt
+
+    def start(self):
+        # The fixture is on disk before subvold first looks: the first scan
+        # sees allocated extents, not data still waiting for writeback.
+        for mnt in self.mountpoints:
+            if os.path.ismount(mnt):
+                settle(mnt)
+        self.daemon = Daemon(self, self.bus)
+        return self.daemon
+
+    def refresh(self):
+        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+
+    def published(self, fs):
+        """{subvolume id: Subvolume properties} of @fs as the bus shows them."""
+        prefix = fs.object_path + "/"
+        return {v[SUBVOLUME_IFACE]["Id"]: v[SUBVOLUME_IFACE] for p, v in self.bus.managed_objects().items()
+                if p.startswith(prefix) and SUBVOLUME_IFACE in v}
+
+    def assert_scan_matches(self, fs, mnt):
+        """Waits until subvold publishes, for every subvolume of @fs, the
+        usage computed from dump-tree, measured by its scanner; then checks
+        ScanProgress.  Returns {id: Usage}."""
+        settle(mnt)
+        expected = usage_from_trees(trees(fs.device, subvolume_ids(mnt)))
+        self.refresh()
+        last = []
+
+        def matches():
+            got = self.published(fs)
+            diff = []
+            if set(got) != set(expected):
+                diff.append(f"ids {sorted(got)} != {sorted(expected)}")
+            for i in sorted(set(got) & set(expected)):
+                p = got[i]
+                usage = Usage(p["Inodes"], p["ReferencedBytes"], p["ExclusiveBytes"])
+                if p["UsageSource"] != "scan" or usage != expected[i]:
+                    diff.append(f"{i}: {p['UsageSource']} {tuple(usage)} != scan {tuple(expected[i])}")
+            last[:] = diff
+            return not diff
+
+        try:
+            wait_for(matches, "scanned usage", timeout=SCAN_TIMEOUT)
+        except AssertionError:
+            self.fail(f"published usage differs from dump-tree: {'; '.join(last[:4])}"
+                      + (f" (+{len(last) - 4} more)" if len(last) > 4 else ""))
+        wait_for(lambda: self.bus.get(fs.object_path, FS_IFACE, "ScanProgress") == 1.0, "ScanProgress 1.0",
+                 timeout=SCAN_TIMEOUT)
+        return expected
+
+    def statfs(self, path):
+        return {k: v["data"] for k, v in self.bus.call(path, SUBVOLUME_IFACE, "GetStatfs")[0].items()}
+
+    # ------------------------------------------------------------ fixtures
+
+    def test_file_in_subvolume(self):
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        subvolume_create(f"{mnt}/empty")
+        self.start()
+        usage = self.assert_scan_matches(fs, mnt)
+        a, empty = btrfs_rootid(f"{mnt}/A"), btrfs_rootid(f"{mnt}/empty")
+        self.assertEqual(usage[a], Usage(2, MiB, MiB))
+        self.assertEqual(usage[empty], Usage(1, 0, 0))  # its root directory
+        self.assertEqual(usage[5], Usage(1, 0, 0))  # subvolumes are no inodes of their parent
+        # statfs for the subvolume carries the measured figures.
+        sf = self.statfs(f"{fs.object_path}/{a}")
+        self.assertEqual((sf["files"], sf["referenced"], sf["exclusive"], sf["source"]), (2, MiB, MiB, "scan"))
+
+    def test_read_only_snapshot(self):
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        snapshot(f"{mnt}/A", f"{mnt}/S", readonly=True)
+        self.start()
+        usage = self.assert_scan_matches(fs, mnt)
+        a, s = btrfs_rootid(f"{mnt}/A"), btrfs_rootid(f"{mnt}/S")
+        self.assertEqual((usage[a], usage[s]), (Usage(2, MiB, 0), Usage(2, MiB, 0)))
+
+    def test_partially_overwritten_in_snapshot(self):
+        """An extent partly replaced still counts whole for who references
+        any of it.  Then the same figures against qgroups."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        snapshot(f"{mnt}/A", f"{mnt}/S")
+        a, s = btrfs_rootid(f"{mnt}/A"), btrfs_rootid(f"{mnt}/S")
+        self.start()
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual((usage[a], usage[s]), (Usage(2, MiB, 0), Usage(2, MiB, 0)))
+        # The figures below need the file to be one extent, as one write makes it.
+        self.assertEqual(len(extents_by_subvolume(fs.device, [a])[a]), 1, "fixture: data is not one extent")
+
+        pwrite(f"{mnt}/S/data", 0, os.urandom(512 * KiB))
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual(usage[s], Usage(2, MiB + 512 * KiB, 512 * KiB))
+        self.assertEqual(usage[a], Usage(2, MiB, 0))
+
+        # Cross-check the dump-tree figures with qgroups (after subvold is
+        # done: with quotas on it would read those instead).  qgroups count
+        # the same data extents, whole, plus the subvolume's tree blocks:
+        # referenced is ours plus a nodesize for each block of its tree, and
+        # exclusive ours plus a nodesize for each block no other tree shares.
+        self.daemon.stop()
+        run("btrfs", "quota", "enable", mnt)
+        run("btrfs", "quota", "rescan", "-w", mnt)
+        settle(mnt)
+        parsed = trees(fs.device, subvolume_ids(mnt))
+        ours = usage_from_trees(parsed)
+        qgroups = qgroup_show(mnt)
+        node = nodesize(fs.device)
+        block_owners = collections.Counter(b for t in parsed.values() for b in t.blocks)
+        self.assertEqual(set(qgroups), set(ours))
+        for i, (rfer, excl) in qgroups.items():
+            with self.subTest(subvolume=i):
+                self.assertEqual((rfer - ours[i].referenced) % node, 0)
+                self.assertEqual((excl - ours[i].exclusive) % node, 0)
+                self.assertEqual(rfer - ours[i].referenced, node * len(parsed[i].blocks))
+                self.assertEqual(excl - ours[i].exclusive,
+                                 node * sum(1 for b in parsed[i].blocks if block_owners[b] == 1))
+
+    def test_reflink_within_subvolume(self):
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        a = btrfs_rootid(f"{mnt}/A")
+        self.start()
+        self.assertEqual(self.assert_scan_matches(fs, mnt)[a], Usage(2, MiB, MiB))
+        run("cp", "--reflink=always", f"{mnt}/A/data", f"{mnt}/A/copy")
+        self.assertEqual(self.assert_scan_matches(fs, mnt)[a], Usage(3, MiB, MiB))
+
+    def test_reflink_across_subvolumes(self):
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        subvolume_create(f"{mnt}/B")
+        write_random(f"{mnt}/A/data", MiB)
+        a, b = btrfs_rootid(f"{mnt}/A"), btrfs_rootid(f"{mnt}/B")
+        self.start()
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual((usage[a], usage[b]), (Usage(2, MiB, MiB), Usage(1, 0, 0)))
+        run("cp", "--reflink=always", f"{mnt}/A/data", f"{mnt}/B/copy")
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual((usage[a], usage[b]), (Usage(2, MiB, 0), Usage(2, MiB, 0)))
+
+    def test_compressed(self):
+        """Compressed extents count their compressed size on disk."""
+        fs, mnt = self.make_fs("fs", "compress=zstd")
+        subvolume_create(f"{mnt}/A")
+        line = b"All work and no play makes Jack a dull boy. 0123456789\n"
+        with open(f"{mnt}/A/text", "wb") as f:
+            f.write((line * (MiB // len(line) + 1))[:MiB])
+        write_random(f"{mnt}/A/random", MiB)  # btrfs stores incompressible data as it is
+        a = btrfs_rootid(f"{mnt}/A")
+        self.start()
+        usage = self.assert_scan_matches(fs, mnt)
+        settle(mnt)
+        text_inode = os.stat(f"{mnt}/A/text").st_ino
+        compressed = 0
+        for m in _ITEM_RE.finditer(dump_tree(fs.device, a)):
+            if m[1] == str(text_inode) and m[2] == "EXTENT_DATA":
+                self.assertRegex(m[4], r"extent compression 3 \(zstd\)")
+                compressed += int(_DISK_RE.search(m[4])[2])
+        self.assertLess(compressed, MiB)
+        self.assertGreater(compressed, 0)
+        self.assertEqual(usage[a], Usage(3, MiB + compressed, MiB + compressed))
+
+    def test_inline_files(self):
+        """Inline extents live in the tree: data bytes count nothing."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        a = btrfs_rootid(f"{mnt}/A")
+        self.start()
+        self.assertEqual(self.assert_scan_matches(fs, mnt)[a], Usage(2, MiB, MiB))
+        for i in range(10):
+            write_random(f"{mnt}/A/small{i}", 100)
+        self.assertEqual(self.assert_scan_matches(fs, mnt)[a], Usage(12, MiB, MiB))
+        self.assertEqual(parse_tree(dump_tree(fs.device, a)).inline, 10, "fixture: files are not inline")
+
+    def test_sparse_file(self):
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        with open(f"{mnt}/A/sparse", "wb") as f:
+            f.truncate(10 * MiB)
+            f.seek(5 * MiB)
+            f.write(os.urandom(4 * KiB))
+        a = btrfs_rootid(f"{mnt}/A")
+        self.start()
+        self.assertEqual(self.assert_scan_matches(fs, mnt)[a], Usage(2, 4 * KiB, 4 * KiB))
+
+    def test_fallocated_file(self):
+        """Preallocated extents count; written into, they stay one extent."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        fd = os.open(f"{mnt}/A/falloc", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, MiB)
+        finally:
+            os.close(fd)
+        a = btrfs_rootid(f"{mnt}/A")
+        self.start()
+        self.assertEqual(self.assert_scan_matches(fs, mnt)[a], Usage(2, MiB, MiB))
+        # Written in the middle: regular and preallocated items on the one extent.
+        before = extents_by_subvolume(fs.device, [a])[a]
+        pwrite(f"{mnt}/A/falloc", 64 * KiB, os.urandom(4 * KiB))
+        settle(mnt)
+        self.assertEqual(extents_by_subvolume(fs.device, [a])[a], before, "fixture: the write left the extent")
+        self.assertGreater(len([m for m in _ITEM_RE.finditer(dump_tree(fs.device, a)) if m[2] == "EXTENT_DATA"]), 1,
+                           "fixture: the extent was not split")
+        self.assertEqual(self.assert_scan_matches(fs, mnt)[a], Usage(2, MiB, MiB))
+
+    def test_scanned_before_commit(self):
+        """A subvolume scanned inside the transaction that created it (its
+        data still waiting for writeback) is scanned again once that
+        transaction is committed: the generation of its tree does not move
+        then, yet its extents appear."""
+        fs, mnt = self.make_fs()
+        self.start()
+        subvolume_create(f"{mnt}/B")
+        write_random(f"{mnt}/B/data", MiB)  # no sync
+        b = f"{fs.object_path}/{btrfs_rootid(f'{mnt}/B')}"
+        self.refresh()
+        wait_for(lambda: b in self.bus.managed_objects() and
+                 self.bus.get(b, SUBVOLUME_IFACE, "UsageSource") == "scan", "a first scan", timeout=SCAN_TIMEOUT)
+        usage = self.assert_scan_matches(fs, mnt)  # commits first
+        self.assertEqual(usage[btrfs_rootid(f"{mnt}/B")], Usage(2, MiB, MiB))
+
+    def test_deleted_snapshot(self):
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        snapshot(f"{mnt}/A", f"{mnt}/S", readonly=True)
+        a, s = btrfs_rootid(f"{mnt}/A"), btrfs_rootid(f"{mnt}/S")
+        self.start()
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual((usage[a], usage[s]), (Usage(2, MiB, 0), Usage(2, MiB, 0)))
+        run("btrfs", "subvolume", "delete", f"{mnt}/S")
+        run("btrfs", "subvolume", "sync", mnt)
+        usage = self.assert_scan_matches(fs, mnt)  # also: S is no longer published
+        self.assertNotIn(s, usage)
+        self.assertEqual(usage[a], Usage(2, MiB, MiB))
+
+    # ------------------------------------------------------------ many subvolumes, changing under the scan
+
+    def populate(self, mnt, count):
+        """@count subvolumes, each with two small data files and an inline
+        one, and every tenth also snapshotted, so that a scan takes a while
+        and extents are shared."""
+        for i in range(count):
+            subvolume_create(f"{mnt}/v{i}")
+            write_random(f"{mnt}/v{i}/a", 4 * KiB * (1 + i % 4))
+            write_random(f"{mnt}/v{i}/b", 8 * KiB)
+            write_random(f"{mnt}/v{i}/c", 200)
+            if i % 10 == 0:
+                snapshot(f"{mnt}/v{i}", f"{mnt}/s{i}", readonly=True)
+        settle(mnt)
+
+    def test_subvolumes_change_while_scanning(self):
+        """Subvolumes deleted and created while the first scan runs: in the
+        end the published figures are those of the trees that remain, and
+        the deleted ones' extents no longer count as shared."""
+        fs, mnt = self.make_fs(size="1G")
+        self.populate(mnt, 200)
+        daemon = self.start()
+        failures = []
+
+        def churn():
+            try:
+                for i in range(0, 200, 10):
+                    run("btrfs", "subvolume", "delete", f"{mnt}/v{i}")  # its snapshot s{i} keeps its extents
+                for i in range(1, 200, 20):
+                    run("btrfs", "subvolume", "delete", f"{mnt}/v{i}")
+                    subvolume_create(f"{mnt}/n{i}")
+                    write_random(f"{mnt}/n{i}/a", 16 * KiB)
+            except Exception as e:  # noqa: BLE001 -- reported below
+                failures.append(repr(e))
+
+        thread = threading.Thread(target=churn)
+        thread.start()
+        try:
+            for _ in range(10):
+                self.refresh()
+                self.bus.managed_objects()
+        finally:
+            thread.join()
+        self.assertEqual(failures, [])
+        run("btrfs", "subvolume", "sync", mnt)
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertTrue(daemon.alive(), "subvold died")
+        # The snapshots' extents are theirs alone now that their sources are gone.
+        for i in range(0, 200, 10):
+            s = btrfs_rootid(f"{mnt}/s{i}")
+            self.assertEqual(usage[s].exclusive, usage[s].referenced)
+            self.assertEqual(usage[s].referenced, 4 * KiB * (1 + i % 4) + 8 * KiB)
+        self.assertEqual(self.bus.get(fs.object_path, FS_IFACE, "ScanProgress"), 1.0)
+
+    def test_unmounted_while_scanning(self):
+        """A filesystem unmounted during its scan: the umount succeeds, its
+        objects go, subvold lets go of it (no fd, no clone keeping it alive)
+        and goes on measuring the others; SIGTERM still exits 0."""
+        fs, mnt = self.make_fs(size="1G")
+        self.populate(mnt, 200)
+        other, other_mnt = self.make_fs("other")
+        subvolume_create(f"{other_mnt}/A")
+        write_random(f"{other_mnt}/A/data", MiB)
+        # Our filesystems as statfs() tells them apart (btrfs mixes the
+        # subvolume id into f_fsid): so that the fds of subvold's scans of
+        # other tests' filesystems, when tests run in parallel, do not count.
+        fsids = {os.statvfs(p).f_fsid for p in (mnt, other_mnt, f"{other_mnt}/A",
+                                                 *(e.path for e in os.scandir(mnt) if e.is_dir()))}
+        fd = os.open(f"{other_mnt}/A", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self.assertTrue(fds_on(os.getpid(), fsids), "fds_on() misses an fd")  # the check works
+        finally:
+            os.close(fd)
+        daemon = self.start()
+        fs.umount(mnt)  # raises if busy
+        wait_for(lambda: not any(p.startswith(fs.object_path) for p in self.bus.managed_objects()),
+                 "the unmounted filesystem's objects to go", timeout=SCAN_TIMEOUT)
+        self.assertTrue(daemon.alive(), "subvold died")
+        # The superblock lives as long as anything (an fd, a mount clone) holds it.
+        wait_for(lambda: not os.path.exists(f"/sys/fs/btrfs/{fs.uuid}"), "the filesystem to be released",
+                 timeout=SCAN_TIMEOUT)
+        usage = self.assert_scan_matches(other, other_mnt)
+        self.assertEqual(usage[btrfs_rootid(f"{other_mnt}/A")], Usage(2, MiB, MiB))
+        # A generation check opens a mount for some µs twice a second: look
+        # until a sample shows none.
+        wait_for(lambda: not fds_on(daemon.proc.pid, fsids), "no fd on our filesystems between operations",
+                 timeout=SCAN_TIMEOUT)
+        daemon.stop()  # exit status 0, no sanitizer report
+
+if __name__ == "__main__":
+    main()

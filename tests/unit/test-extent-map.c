@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Exclusive bytes as subvolumes come, change and go. */
+#include <glib.h>
+
+#include "extent-map.h"
+#include "util.h"
+
+static DataExtent *extents(size_t n, ...) {
+        DataExtent *e = calloc(n ?: 1, sizeof(DataExtent));
+        va_list ap;
+
+        va_start(ap, n);
+        for (size_t i = 0; i < n; i++) {
+                e[i].bytenr = va_arg(ap, uint64_t);
+                e[i].bytes = va_arg(ap, uint64_t);
+        }
+        va_end(ap);
+        return e;
+}
+
+static void assert_user(const ExtentMap *m, uint64_t id, uint64_t referenced, uint64_t exclusive) {
+        const ExtentUser *u = extent_map_find_user(m, id);
+
+        g_assert_nonnull(u);
+        g_assert_cmpuint(u->referenced, ==, referenced);
+        g_assert_cmpuint(u->exclusive, ==, exclusive);
+}
+
+#define K 4096ULL
+
+static void test_sharing(void) {
+        ExtentMap m = {};
+
+        /* A has extents at 1 MiB (256 K) and 2 MiB (4 K). */
+        g_assert_cmpint(extent_map_set_user(&m, 256, 1, 1, 2, 0, extents(2, 1ULL << 20, 64 * K, 2ULL << 20, K), 2), ==, 0);
+        assert_user(&m, 256, 65 * K, 65 * K);
+        /* A snapshot S shares both. */
+        g_assert_cmpint(extent_map_set_user(&m, 257, 1, 1, 2, 0, extents(2, 1ULL << 20, 64 * K, 2ULL << 20, K), 2), ==, 0);
+        assert_user(&m, 256, 65 * K, 0);
+        assert_user(&m, 257, 65 * K, 0);
+        g_assert_cmpuint(extent_map_size(&m), ==, 2);
+        /* S rewrites the small file: a new extent of its own. */
+        g_assert_cmpint(extent_map_set_user(&m, 257, 2, 2, 2, 0, extents(2, 1ULL << 20, 64 * K, 3ULL << 20, K), 2), ==, 0);
+        assert_user(&m, 256, 65 * K, K);
+        assert_user(&m, 257, 65 * K, K);
+        /* A third one shares the big extent: nothing changes for exclusive. */
+        g_assert_cmpint(extent_map_set_user(&m, 258, 1, 1, 1, 0, extents(1, 1ULL << 20, 64 * K), 1), ==, 0);
+        assert_user(&m, 258, 64 * K, 0);
+        /* S is deleted: A owns its extents again... but 258 still shares. */
+        extent_map_remove_user(&m, 257);
+        g_assert_null(extent_map_find_user(&m, 257));
+        assert_user(&m, 256, 65 * K, K);
+        extent_map_remove_user(&m, 258);
+        assert_user(&m, 256, 65 * K, 65 * K);
+        g_assert_cmpuint(extent_map_size(&m), ==, 2);
+        extent_map_remove_user(&m, 256);
+        g_assert_cmpuint(extent_map_size(&m), ==, 0);
+        extent_map_done(&m);
+}
+
+static void test_many(void) {
+        enum { N = 20000 };
+        ExtentMap m = {};
+        DataExtent *a = calloc(N, sizeof(DataExtent)), *b = calloc(N / 2, sizeof(DataExtent));
+
+        /* Enough to grow and rehash the table several times, and to delete
+         * with long probe chains. */
+        for (size_t i = 0; i < N; i++)
+                a[i] = (DataExtent) { .bytenr = (i + 1) * K, .bytes = K };
+        for (size_t i = 0; i < N / 2; i++)
+                b[i] = (DataExtent) { .bytenr = (2 * i + 1) * K, .bytes = K };
+        g_assert_cmpint(extent_map_set_user(&m, 5, 1, 1, 1, 0, a, N), ==, 0);
+        g_assert_cmpint(extent_map_set_user(&m, 300, 1, 1, 1, 0, b, N / 2), ==, 0);
+        assert_user(&m, 5, N * K, N / 2 * K);
+        assert_user(&m, 300, N / 2 * K, 0);
+        extent_map_remove_user(&m, 5);
+        assert_user(&m, 300, N / 2 * K, N / 2 * K);
+        g_assert_cmpuint(extent_map_size(&m), ==, N / 2);
+        extent_map_done(&m);
+}
+
+int main(int argc, char *argv[]) {
+        g_test_init(&argc, &argv, NULL);
+        g_test_add_func("/extent-map/sharing", test_sharing);
+        g_test_add_func("/extent-map/many", test_many);
+        return g_test_run();
+}
