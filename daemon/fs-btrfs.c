@@ -319,6 +319,12 @@ int btrfs_scan_subvolume(int fd, uint64_t id, const volatile bool *cancel, uint6
         for (size_t i = 0; i < scan.n_extents; i++)
                 if (n == 0 || scan.extents[n - 1].bytenr != scan.extents[i].bytenr)
                         scan.extents[n++] = scan.extents[i];
+        /* Kept as long as the subvolume exists: no spare room. */
+        if (n > 0 && n < scan.allocated) {
+                DataExtent *fit = realloc(scan.extents, n * sizeof(DataExtent));
+                if (fit)
+                        scan.extents = fit;
+        }
         *ret_inodes = scan.inodes;
         *ret_extents = scan.extents;
         *ret_n_extents = n;

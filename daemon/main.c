@@ -124,6 +124,9 @@ int main(int argc, char *argv[]) {
          * big free) hands such buffers back to the kernel when freed, so
          * one large reply does not stay in our RSS. */
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+        /* One arena: the scanner thread's short-lived buffers would
+         * otherwise pin a second heap. */
+        mallopt(M_ARENA_MAX, 1);
 
         r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, arg_scan_max_extents, &m);
         free(arg_cache_dir);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -392,10 +393,19 @@ bool scanner_update(Scanner *s, Model *model) {
                 f->seen = true;
                 if (f->too_big)
                         continue;
-                /* Forget subvolumes that were deleted. */
+                /* Forget subvolumes that were deleted: what they shared may
+                 * be exclusive to others now. */
                 for (size_t j = f->map.n_users; j-- > 0;)
-                        if (!filesystem_find_subvolume(fs, f->map.users[j].id))
+                        if (!filesystem_find_subvolume(fs, f->map.users[j].id)) {
                                 extent_map_remove_user(&f->map, f->map.users[j].id);
+                                changed = true;
+                        }
+                /* ... and failures that no longer apply. */
+                for (size_t j = f->n_failures; j-- > 0;) {
+                        const Subvolume *sv = filesystem_find_subvolume(fs, f->failures[j].id);
+                        if (!sv || !failed_before(f, sv))
+                                f->failures[j] = f->failures[--f->n_failures];
+                }
                 for (size_t j = 0; j < fs->n_subvolumes; j++) {
                         Subvolume *sv = &fs->subvolumes[j];
                         const ExtentUser *u = extent_map_find_user(&f->map, sv->id);
@@ -421,6 +431,9 @@ bool scanner_update(Scanner *s, Model *model) {
                                  uuid_format(fs->uuid, buf), (double) (f->batch_end - f->batch_start) / 1000);
                         f->batch = 0;
                         f->batch_start = 0;
+                        /* The queue and the results of a large run are
+                         * gone now: give their memory back. */
+                        malloc_trim(0);
                 }
         }
         /* Filesystems that went away (or turned quotas on). */
