@@ -173,6 +173,13 @@ for N in "${NS[@]}"; do
 	done
 	ready_ms=$(printf '%s\n' "${ready[@]}" | median)
 	log "  ready: ${ready[*]} ms"
+	# Quotas are off: let the scanner's first run finish and be published
+	# (at most one refresh a second), so that it does not run under the
+	# measurements below.
+	until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 \
+		"/org/subvold/Subvold1/fs/$(btrfs filesystem show "$MNT" | sed -n 's/.*uuid: \([0-9a-f-]*\).*/\1/p' | tr -d -)" \
+		org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
+	sleep 1.5
 
 	uuid=$(btrfs filesystem show "$MNT" | sed -n 's/.*uuid: \([0-9a-f-]*\).*/\1/p' | tr -d -)
 	# A subvolume from the middle, so no first/last shortcut flatters Get.
