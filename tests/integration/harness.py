@@ -296,6 +296,33 @@ class Daemon:
         raise KeyError(field)
 
 
+class Churn:
+    """Runs @step(i) for i = 0, 1, ... in a thread until stop().  stop()
+    returns what went wrong in it: a failing command there (a umount refused
+    with EBUSY because subvold held the mount, say) must fail the test."""
+
+    def __init__(self, test, step):
+        self.stopping = threading.Event()
+        self.failures = []
+        self.thread = threading.Thread(target=self._run, args=(step,))
+        self.thread.start()
+        test.stack.callback(self.stop)
+
+    def _run(self, step):
+        i = 0
+        try:
+            while not self.stopping.is_set():
+                step(i)
+                i += 1
+        except Exception as e:  # noqa: BLE001 -- handed to the test by stop()
+            self.failures.append(repr(e))
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join()
+        return self.failures
+
+
 class Monitor:
     """Signals from subvold as a client sees them: `gdbus monitor`, one
     (arrival time, line) per signal."""

@@ -5,9 +5,8 @@ Clients are busctl (paths, Refresh) and the GDBus client (fds)."""
 
 import os
 import subprocess
-import threading
 
-from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, Btrfs, Bus, BusError, Daemon, TestCase,
+from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, Btrfs, Bus, BusError, Churn, Daemon, TestCase,
                      btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create)
 
 ERR = "org.subvold.Subvold1.Error."
@@ -193,37 +192,20 @@ class ErrorsTest(TestCase):
         where = self.path("churn")
         os.mkdir(where)
         self.stack.callback(lambda: os.path.ismount(where) and run("umount", where))
-        stop = threading.Event()
+        def step(i):
+            subvolume_create(f"{self.mnt}/churn{i}")
+            run("mount", other.device, where)
+            run("btrfs", "subvolume", "delete", f"{self.mnt}/churn{i}")
+            run("umount", where)
 
-        def churn():
-            i = 0
-            while not stop.is_set():
-                subvolume_create(f"{self.mnt}/churn{i}")
-                run("mount", other.device, where)
-                run("btrfs", "subvolume", "delete", f"{self.mnt}/churn{i}")
-                run("umount", where)
-                i += 1
-
-        failures = []
-
-        def guarded():
-            # A failing command in the thread (a umount refused with EBUSY
-            # because subvold held the mount, say) must fail the test.
-            try:
-                churn()
-            except Exception as e:  # noqa: BLE001 -- reported below
-                failures.append(repr(e))
-
-        thread = threading.Thread(target=guarded)
-        thread.start()
+        churn = Churn(self, step)
         try:
             for _ in range(40):
                 self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
                 self.bus.managed_objects()
                 self.assertTrue(self.daemon.alive(), self.daemon.log())
         finally:
-            stop.set()
-            thread.join()
+            failures = churn.stop()
         self.assertEqual(failures, [])
         self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
         objects = self.bus.managed_objects()

@@ -7,9 +7,8 @@ import fcntl
 import os
 import struct
 import subprocess
-import threading
 
-from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus, Daemon,
+from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus, Churn, Daemon,
                      TestCase, btrfs_rootid, main, run, snapshot, subvolume_create, wait_for)
 
 UNKNOWN = 2**64 - 1
@@ -298,35 +297,18 @@ class UsageTest(TestCase):
     def test_subvolumes_deleted_while_reading(self):
         self.enable_qgroups()
         self.start()
-        stop = threading.Event()
+        def step(i):
+            subvolume_create(f"{self.mnt}/churn{i}")
+            write_random(f"{self.mnt}/churn{i}/f", 64 << 10)
+            run("btrfs", "subvolume", "delete", f"{self.mnt}/churn{i}")
 
-        def churn():
-            i = 0
-            while not stop.is_set():
-                subvolume_create(f"{self.mnt}/churn{i}")
-                write_random(f"{self.mnt}/churn{i}/f", 64 << 10)
-                run("btrfs", "subvolume", "delete", f"{self.mnt}/churn{i}")
-                i += 1
-
-        failures = []
-
-        def guarded():
-            # A failing command in the thread (a umount refused with EBUSY
-            # because subvold held the mount, say) must fail the test.
-            try:
-                churn()
-            except Exception as e:  # noqa: BLE001 -- reported below
-                failures.append(repr(e))
-
-        thread = threading.Thread(target=guarded)
-        thread.start()
+        churn = Churn(self, step)
         try:
             for _ in range(30):
                 self.refresh()
                 self.objects()
         finally:
-            stop.set()
-            thread.join()
+            failures = churn.stop()
         self.assertEqual(failures, [])
         run("btrfs", "subvolume", "sync", self.mnt)
         run("btrfs", "quota", "rescan", "-w", self.mnt)
