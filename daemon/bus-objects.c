@@ -34,7 +34,6 @@ static int bus_objects_lookup(const Model *model, const char *path, Filesystem *
         const char *p = path_startswith(path, SUBVOLD_FS_PREFIX), *slash;
         uint8_t uuid[16];
         uint64_t id;
-        char *end;
 
         if (!model || !p || *p != '/')
                 return 0;
@@ -47,11 +46,7 @@ static int bus_objects_lookup(const Model *model, const char *path, Filesystem *
                 return 0;
         if (!slash)
                 return 1;
-        if (slash[1] < '0' || slash[1] > '9')
-                return 0;
-        errno = 0;
-        id = strtoull(slash + 1, &end, 10);
-        if (errno || *end)
+        if (parse_u64(slash + 1, &id) < 0)
                 return 0;
         *ret_sv = filesystem_find_subvolume(*ret_fs, id);
         return *ret_sv ? 2 : 0;

@@ -65,25 +65,19 @@ static int parse_argv(int argc, char *argv[]) {
                                 return -ENOMEM;
                         break;
                 case ARG_EXIT_IDLE_SEC: {
-                        char *end;
-                        unsigned long sec;
+                        uint64_t sec;
 
-                        errno = 0;
-                        sec = strtoul(optarg, &end, 10);
-                        if (errno || *end || !*optarg || optarg[0] == '-' || sec > 86400 * 365) {
+                        if (parse_u64(optarg, &sec) < 0 || sec > 86400 * 365) {
                                 log_error("Invalid --exit-idle-sec value: %s", optarg);
                                 return -EINVAL;
                         }
-                        arg_exit_idle_usec = (uint64_t) sec * 1000000;
+                        arg_exit_idle_usec = sec * 1000000;
                         break;
                 }
                 case ARG_SCAN_MAX_EXTENTS: {
-                        char *end;
-                        unsigned long long n;
+                        uint64_t n;
 
-                        errno = 0;
-                        n = strtoull(optarg, &end, 10);
-                        if (errno || *end || !*optarg || optarg[0] == '-' || n > SIZE_MAX) {
+                        if (parse_u64(optarg, &n) < 0 || n > SIZE_MAX) {
                                 log_error("Invalid --scan-max-extents value: %s", optarg);
                                 return -EINVAL;
                         }

@@ -191,8 +191,8 @@ static char *next_field(char **p) {
 
 int mountinfo_parse_line(const char *line, Mount *ret) {
         _cleanup_free_ char *copy = strdup(line);
-        char *p = copy, *f[6], *fstype, *source, *sep, *end;
-        unsigned long long id, parent;
+        char *p = copy, *f[6], *fstype, *source, *sep;
+        uint64_t id, parent;
         unsigned major, minor;
         Mount m = {};
 
@@ -211,12 +211,7 @@ int mountinfo_parse_line(const char *line, Mount *ret) {
         if (!sep || !fstype || !source)
                 return -EINVAL;
 
-        errno = 0;
-        id = strtoull(f[0], &end, 10);
-        if (errno || *end)
-                return -EINVAL;
-        parent = strtoull(f[1], &end, 10);
-        if (errno || *end)
+        if (parse_u64(f[0], &id) < 0 || parse_u64(f[1], &parent) < 0)
                 return -EINVAL;
         if (sscanf(f[2], "%u:%u", &major, &minor) != 2)
                 return -EINVAL;

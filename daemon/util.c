@@ -94,6 +94,22 @@ void strv_uniq(char **l) {
         l[out + 1] = NULL;
 }
 
+int parse_u64(const char *s, uint64_t *ret) {
+        unsigned long long v;
+        char *end;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno)
+                return -errno;
+        if (*end)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
 char *path_join(const char *a, const char *b) {
         size_t la = strlen(a);
         char *s;

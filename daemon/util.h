@@ -88,6 +88,10 @@ void strv_sort(char **l);
 /* Removes adjacent duplicates from a sorted array. */
 void strv_uniq(char **l);
 
+/* Parses a plain decimal number: digits only (no sign, no spaces), and it
+ * must fit.  Returns 0, -EINVAL or -ERANGE; *ret is untouched on failure. */
+int parse_u64(const char *s, uint64_t *ret);
+
 /* Joins a directory and a relative part with exactly one '/' between them. */
 char *path_join(const char *a, const char *b);
 

@@ -49,10 +49,28 @@ static void test_path_join(void) {
         free(s);
 }
 
+static void test_parse_u64(void) {
+        uint64_t v = 7;
+
+        g_assert_cmpint(parse_u64("0", &v), ==, 0);
+        g_assert_cmpuint(v, ==, 0);
+        g_assert_cmpint(parse_u64("18446744073709551615", &v), ==, 0);
+        g_assert_cmpuint(v, ==, UINT64_MAX);
+        g_assert_cmpint(parse_u64("18446744073709551616", &v), ==, -ERANGE);
+        g_assert_cmpuint(v, ==, UINT64_MAX);
+        g_assert_cmpint(parse_u64("", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_u64("-1", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_u64("+1", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_u64(" 1", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_u64("12x", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_u64(NULL, &v), ==, -EINVAL);
+}
+
 int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/util/uuid", test_uuid);
         g_test_add_func("/util/strv", test_strv);
         g_test_add_func("/util/path-join", test_path_join);
+        g_test_add_func("/util/parse-u64", test_parse_u64);
         return g_test_run();
 }
