@@ -64,6 +64,10 @@ static int mount_table_finish(MountTable *t, MountTable *ret) {
                 mount_table_done(t);
                 return r;
         }
+        /* Once here rather than on every use: the generation timer asks
+         * twice a second, and each answer walks the mount tree. */
+        for (size_t i = 0; i < t->n_mounts; i++)
+                t->mounts[i].reachable = mount_table_resolve(t, t->mounts[i].point, NULL) == &t->mounts[i];
         *ret = *t;
         return 0;
 }
@@ -336,5 +340,5 @@ const Mount *mount_table_resolve(const MountTable *t, const char *path, const ch
 }
 
 bool mount_table_is_reachable(const MountTable *t, const Mount *m) {
-        return mount_table_resolve(t, m->point, NULL) == m;
+        return m->reachable;
 }

@@ -20,6 +20,7 @@ typedef struct Mount {
         uint64_t id, parent_id;
         unsigned dev_major, dev_minor;  /* the superblock's device */
         bool is_btrfs;
+        bool reachable;  /* see mount_table_is_reachable() */
         char *fstype;
         char *source;
         char *root;   /* the mounted directory, as a path inside the filesystem */
@@ -59,7 +60,8 @@ void mount_table_done(MountTable *t);
 const Mount *mount_table_resolve(const MountTable *t, const char *path, const char **ret_rest);
 
 /* Whether @m can be reached through its own mount point (it is neither
- * stacked under another mount nor hidden by an over-mount above it). */
+ * stacked under another mount nor hidden by an over-mount above it).
+ * Worked out once, when the table is read. */
 bool mount_table_is_reachable(const MountTable *t, const Mount *m);
 
 /* Whether the absolute normalized path @prefix is @path or a directory above it.
