@@ -136,9 +136,20 @@ static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
                 return u;
         if (grow_array(&m->users, &m->allocated_users, m->n_users + 1, sizeof(ExtentUser)) < 0)
                 return NULL;
-        m->users[m->n_users++] = (ExtentUser) { .id = id };
-        qsort(m->users, m->n_users, sizeof(ExtentUser), cmp_user);
-        return find_user(m, id);
+        /* Kept sorted by insertion; ids mostly come in ascending order,
+         * so this rarely moves anything. */
+        size_t lo = 0, hi = m->n_users;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (m->users[mid].id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        memmove(m->users + lo + 1, m->users + lo, (m->n_users - lo) * sizeof(ExtentUser));
+        m->n_users++;
+        m->users[lo] = (ExtentUser) { .id = id };
+        return &m->users[lo];
 }
 
 int extent_map_set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,

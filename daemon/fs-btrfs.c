@@ -178,16 +178,39 @@ int btrfs_read_statfs(int fd, StatfsInfo *ret) {
  * leaves written in transaction @min_transid or later.  The key space is
  * one 136-bit range, so items of other types between the two objectids
  * come too: @item filters. */
-static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, uint64_t max_objectid,
-                             uint32_t min_type, uint32_t max_type, uint64_t min_transid,
+/* 64 KiB: larger buffers made searches slower, not faster (the kernel
+ * faults in the whole rest of the buffer for every leaf it copies). */
+enum { SEARCH_BUF_SIZE = 64 * 1024 };
+
+int btrfs_search_buffer_prepare(int fd, TreeSearchBuffer *b) {
+        struct btrfs_ioctl_fs_info_args info = {};
+
+        if (!b->args && !(b->args = malloc(sizeof(*b->args) + SEARCH_BUF_SIZE)))
+                return -ENOMEM;
+        b->nodesize = ioctl(fd, BTRFS_IOC_FS_INFO, &info) < 0 ? 0 : info.nodesize;
+        return 0;
+}
+
+void btrfs_search_buffer_done(TreeSearchBuffer *b) {
+        free(b->args);
+        *b = (TreeSearchBuffer) {};
+}
+
+/* Calls @item for each item in the key range, in key order.  @buf may be
+ * NULL: a buffer is allocated for this search alone. */
+static int btrfs_tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, uint64_t min_objectid,
+                             uint64_t max_objectid, uint32_t min_type, uint32_t max_type, uint64_t min_transid,
                              int (*item)(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata),
                              void *userdata) {
-        /* 64 KiB: large buffers made searches slower, not faster. */
-        enum { BUF_SIZE = 64 * 1024 };
-        _cleanup_free_ struct btrfs_ioctl_search_args_v2 *args = malloc(sizeof(*args) + BUF_SIZE);
+        _cleanup_free_ struct btrfs_ioctl_search_args_v2 *own = NULL;
+        struct btrfs_ioctl_search_args_v2 *args;
+        uint32_t nodesize = 0;
         int r;
 
-        if (!args)
+        if (buf && buf->args) {
+                args = buf->args;
+                nodesize = buf->nodesize;
+        } else if (!(args = own = malloc(sizeof(*args) + SEARCH_BUF_SIZE)))
                 return -ENOMEM;
         args->key = (struct btrfs_ioctl_search_key) {
                 .tree_id = tree_id,
@@ -205,7 +228,7 @@ static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, ui
                 size_t off = 0;
 
                 args->key.nr_items = UINT32_MAX;
-                args->buf_size = BUF_SIZE;
+                args->buf_size = SEARCH_BUF_SIZE;
                 if (ioctl(fd, BTRFS_IOC_TREE_SEARCH_V2, args) < 0)
                         return -errno;
                 if (args->key.nr_items == 0)
@@ -219,6 +242,12 @@ static int btrfs_tree_search(int fd, uint64_t tree_id, uint64_t min_objectid, ui
                                 return r;
                         off += sizeof(hdr) + hdr.len;
                 }
+                /* The kernel stops at the end of the range or when the next
+                 * item does not fit; no item is larger than a node, so with
+                 * that much room left it was the end: skip the call that
+                 * would find nothing. */
+                if (nodesize > 0 && SEARCH_BUF_SIZE - off >= sizeof(hdr) + nodesize)
+                        return 0;
                 /* Continue right after the last key returned. */
                 args->key.min_objectid = h->objectid;
                 args->key.min_type = h->type;
@@ -252,7 +281,7 @@ int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret) {
         uint64_t hash = 0xcbf29ce484222325ULL;
         int r;
 
-        r = btrfs_tree_search(fd, BTRFS_ROOT_TREE_OBJECTID, BTRFS_FS_TREE_OBJECTID, UINT64_MAX,
+        r = btrfs_tree_search(fd, NULL, BTRFS_ROOT_TREE_OBJECTID, BTRFS_FS_TREE_OBJECTID, UINT64_MAX,
                               BTRFS_ROOT_ITEM_KEY, BTRFS_ROOT_BACKREF_KEY, generation, fingerprint_item, &hash);
         if (r < 0)
                 return r;
@@ -299,15 +328,15 @@ static int cmp_extent(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
-int btrfs_scan_subvolume(int fd, uint64_t id, const volatile bool *cancel, uint64_t *ret_inodes,
-                         DataExtent **ret_extents, size_t *ret_n_extents) {
+int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const volatile bool *cancel,
+                         uint64_t *ret_inodes, DataExtent **ret_extents, size_t *ret_n_extents) {
         SubvolumeScan scan = { .cancel = cancel };
         size_t n = 0;
         int r;
 
         /* Inodes and file extents of every file; the items in between
          * (names, xattrs, ...) come along and are skipped. */
-        r = btrfs_tree_search(fd, id, BTRFS_FIRST_FREE_OBJECTID, BTRFS_LAST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY,
+        r = btrfs_tree_search(fd, buf, id, BTRFS_FIRST_FREE_OBJECTID, BTRFS_LAST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY,
                               BTRFS_EXTENT_DATA_KEY, 0, scan_item, &scan);
         if (r < 0) {
                 free(scan.extents);
@@ -416,7 +445,7 @@ int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec) {
         for (size_t i = 0; i < fs->n_subvolumes; i++)
                 fs->subvolumes[i].usage = USAGE_NONE;
         /* All status, info and limit items have objectid 0. */
-        r = btrfs_tree_search(fd, BTRFS_QUOTA_TREE_OBJECTID, 0, 0, BTRFS_QGROUP_STATUS_KEY, BTRFS_QGROUP_LIMIT_KEY,
+        r = btrfs_tree_search(fd, NULL, BTRFS_QUOTA_TREE_OBJECTID, 0, 0, BTRFS_QGROUP_STATUS_KEY, BTRFS_QGROUP_LIMIT_KEY,
                               0, quota_item, &q);
         if (r == -ENOENT || (r >= 0 && !q.have_status)) {
                 /* No quota tree: quotas are off. */

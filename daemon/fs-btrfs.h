@@ -34,12 +34,25 @@ int btrfs_read_generation(int fd, uint64_t *ret);
  * running one.  Cheap: unchanged leaves are not read (CAP_SYS_ADMIN). */
 int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret);
 
+/* Room for tree search results, kept by a thread that reads many trees
+ * of one filesystem in a row. */
+typedef struct TreeSearchBuffer {
+        struct btrfs_ioctl_search_args_v2 *args;
+        uint32_t nodesize;       /* of the filesystem searched, 0 if unknown */
+} TreeSearchBuffer;
+
+/* Allocates @b's room if need be and learns the node size of the
+ * filesystem @fd is on. */
+int btrfs_search_buffer_prepare(int fd, TreeSearchBuffer *b);
+void btrfs_search_buffer_done(TreeSearchBuffer *b);
+
 /* Reads subvolume @id's tree (CAP_SYS_ADMIN): its inode count and the
  * distinct data extents its files refer to (sorted; regular and
  * preallocated, holes and inline data left out), each with its size on
- * disk.  Stops with -ECANCELED when *@cancel becomes true. */
-int btrfs_scan_subvolume(int fd, uint64_t id, const volatile bool *cancel, uint64_t *ret_inodes,
-                         DataExtent **ret_extents, size_t *ret_n_extents);
+ * disk.  @buf: prepared for @fd's filesystem, or NULL.  Stops with
+ * -ECANCELED when *@cancel becomes true. */
+int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const volatile bool *cancel,
+                         uint64_t *ret_inodes, DataExtent **ret_extents, size_t *ret_n_extents);
 
 /* statfs() of the filesystem @fd is on. */
 int btrfs_read_statfs(int fd, StatfsInfo *ret);

@@ -58,8 +58,8 @@ struct Scanner {
         pthread_mutex_t lock;
         pthread_cond_t more;
         bool stop;
-        Job *jobs;
-        size_t n_jobs, allocated_jobs;
+        Job *jobs;               /* queued: jobs[first_job .. n_jobs) */
+        size_t first_job, n_jobs, allocated_jobs;
         Result *results;
         size_t n_results, allocated_results;
         bool busy;
@@ -78,6 +78,11 @@ static uint64_t clock_usec(clockid_t clock) {
         return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
+/* Under lock. */
+static bool jobs_empty(const Scanner *s) {
+        return s->first_job == s->n_jobs;
+}
+
 /* ---- the worker ---- */
 
 static void worker_lower_priority(void) {
@@ -94,15 +99,18 @@ static void worker_lower_priority(void) {
 /* Reads one tree.  *fd is kept open across a run of jobs on the same
  * mount (opening a clone of the mount costs more than reading a small
  * tree); the worker closes it whenever it runs out of work. */
-static void worker_scan(Scanner *s, const Job *job, int *fd, Result *res) {
+static void worker_scan(Scanner *s, const Job *job, int *fd, TreeSearchBuffer *buf, Result *res) {
         Mount mount = { .id = job->mount_id, .point = job->point };
 
         res->error = 0;
-        if (*fd < 0)
+        if (*fd < 0) {
                 res->error = btrfs_open_mount(&mount, job->source, fd);
+                if (res->error >= 0)
+                        res->error = btrfs_search_buffer_prepare(*fd, buf);
+        }
         if (res->error >= 0)
-                res->error = btrfs_scan_subvolume(*fd, job->id, &s->cancel_current, &res->inodes, &res->extents,
-                                                  &res->n_extents);
+                res->error = btrfs_scan_subvolume(*fd, buf, job->id, &s->cancel_current, &res->inodes,
+                                                  &res->extents, &res->n_extents);
         res->finished_usec = clock_usec(CLOCK_REALTIME);
         res->finished_mono = clock_usec(CLOCK_MONOTONIC);
 }
@@ -110,6 +118,7 @@ static void worker_scan(Scanner *s, const Job *job, int *fd, Result *res) {
 static void *worker(void *userdata) {
         Scanner *s = userdata;
         _cleanup_close_ int fd = -1;
+        TreeSearchBuffer buf = {};
         uint8_t fd_uuid[16] = {};
         uint64_t fd_mount = 0, one = 1;
 
@@ -118,17 +127,20 @@ static void *worker(void *userdata) {
         for (;;) {
                 Result res = {};
 
-                if (s->n_jobs == 0 && fd >= 0) {
-                        /* Out of work: no fd stays on any mount. */
+                if (jobs_empty(s) && fd >= 0) {
+                        /* Out of work: no fd stays on any mount, no buffer
+                         * in memory. */
                         closep(&fd);
                         fd = -1;
+                        btrfs_search_buffer_done(&buf);
                 }
-                while (!s->stop && s->n_jobs == 0)
+                while (!s->stop && jobs_empty(s))
                         pthread_cond_wait(&s->more, &s->lock);
                 if (s->stop)
                         break;
-                s->current = s->jobs[0];
-                memmove(s->jobs, s->jobs + 1, --s->n_jobs * sizeof(Job));
+                s->current = s->jobs[s->first_job++];
+                if (jobs_empty(s))
+                        s->first_job = s->n_jobs = 0;
                 s->busy = true;
                 s->cancel_current = false;
                 pthread_mutex_unlock(&s->lock);
@@ -138,7 +150,7 @@ static void *worker(void *userdata) {
                         closep(&fd);
                         fd = -1;
                 }
-                worker_scan(s, &res.job, &fd, &res);
+                worker_scan(s, &res.job, &fd, &buf, &res);
                 if (res.error < 0 && fd >= 0) {
                         closep(&fd);  /* the mount may be gone: open afresh next time */
                         fd = -1;
@@ -156,10 +168,11 @@ static void *worker(void *userdata) {
                         s->results[s->n_results++] = res;
                 /* Wake the main loop when a run is done, or now and then
                  * during a long one: it publishes at most once a second. */
-                if (s->n_jobs == 0 || s->n_results % 256 == 0)
+                if (jobs_empty(s) || s->n_results % 256 == 0)
                         (void) write(s->wakeup_fd, &one, sizeof one);
         }
         pthread_mutex_unlock(&s->lock);
+        btrfs_search_buffer_done(&buf);
         return NULL;
 }
 
@@ -216,7 +229,7 @@ Scanner *scanner_free(Scanner *s) {
                 pthread_mutex_unlock(&s->lock);
                 pthread_join(s->thread, NULL);
         }
-        for (size_t i = 0; i < s->n_jobs; i++)
+        for (size_t i = s->first_job; i < s->n_jobs; i++)
                 free(s->jobs[i].point);
         for (size_t i = 0; i < s->n_results; i++) {
                 free(s->results[i].job.point);
@@ -257,27 +270,44 @@ static ScanFs *scan_fs_get(Scanner *s, const uint8_t uuid[16]) {
         return f;
 }
 
-/* Under lock: whether subvolume @id of @uuid is queued or being read. */
-static bool job_pending(const Scanner *s, const uint8_t uuid[16], uint64_t id) {
-        if (s->busy && s->current.id == id && memcmp(s->current.uuid, uuid, 16) == 0)
-                return true;
-        for (size_t i = 0; i < s->n_jobs; i++)
-                if (s->jobs[i].id == id && memcmp(s->jobs[i].uuid, uuid, 16) == 0)
-                        return true;
-        return false;
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+        return x < y ? -1 : x > y;
+}
+
+/* Under lock: the sorted ids of the subvolumes of @uuid that are queued
+ * or being read, so that none is queued twice. */
+static int pending_ids(const Scanner *s, const uint8_t uuid[16], uint64_t **ret, size_t *ret_n) {
+        uint64_t *ids = malloc((s->n_jobs - s->first_job + 1) * sizeof(uint64_t));
+        size_t n = 0;
+
+        if (!ids)
+                return -ENOMEM;
+        if (s->busy && memcmp(s->current.uuid, uuid, 16) == 0)
+                ids[n++] = s->current.id;
+        for (size_t i = s->first_job; i < s->n_jobs; i++)
+                if (memcmp(s->jobs[i].uuid, uuid, 16) == 0)
+                        ids[n++] = s->jobs[i].id;
+        if (n > 1)
+                qsort(ids, n, sizeof(uint64_t), cmp_u64);
+        *ret = ids;
+        *ret_n = n;
+        return 0;
 }
 
 /* Under lock: drops queued work for a filesystem that is gone. */
 static void jobs_cancel(Scanner *s, const uint8_t uuid[16]) {
-        size_t out = 0;
+        size_t out = s->first_job;
 
-        for (size_t i = 0; i < s->n_jobs; i++) {
+        for (size_t i = s->first_job; i < s->n_jobs; i++) {
                 if (memcmp(s->jobs[i].uuid, uuid, 16) == 0)
                         free(s->jobs[i].point);
                 else
                         s->jobs[out++] = s->jobs[i];
         }
         s->n_jobs = out;
+        if (jobs_empty(s))
+                s->first_job = s->n_jobs = 0;
         if (s->busy && memcmp(s->current.uuid, uuid, 16) == 0)
                 s->cancel_current = true;
 }
@@ -354,12 +384,19 @@ static bool failed_before(const ScanFs *f, const Subvolume *sv) {
 }
 
 /* Under lock. */
-static void job_queue(Scanner *s, const Model *model, const Filesystem *fs, ScanFs *f, const Subvolume *sv) {
-        const Mount *m = filesystem_mount(model, fs);
+static void job_queue(Scanner *s, const Mount *m, const Model *model, const Filesystem *fs, ScanFs *f,
+                      const Subvolume *sv) {
         Job job;
 
-        if (!m || failed_before(f, sv) || job_pending(s, fs->uuid, sv->id) ||
-            grow_array(&s->jobs, &s->allocated_jobs, s->n_jobs + 1, sizeof(Job)) < 0)
+        if (!m || failed_before(f, sv))
+                return;
+        if (s->first_job > 0 && s->n_jobs == s->allocated_jobs) {
+                /* Reuse the room of the jobs taken before growing. */
+                s->n_jobs -= s->first_job;
+                memmove(s->jobs, s->jobs + s->first_job, s->n_jobs * sizeof(Job));
+                s->first_job = 0;
+        }
+        if (grow_array(&s->jobs, &s->allocated_jobs, s->n_jobs + 1, sizeof(Job)) < 0)
                 return;
         if (f->batch == 0 && f->batch_start == 0)
                 f->batch_start = clock_usec(CLOCK_MONOTONIC);
@@ -381,7 +418,9 @@ bool scanner_update(Scanner *s, Model *model) {
         pthread_mutex_lock(&s->lock);
         for (size_t i = 0; i < model->n_filesystems; i++) {
                 Filesystem *fs = model->filesystems[i];
-                size_t done = 0;
+                _cleanup_free_ uint64_t *pending = NULL;
+                size_t done = 0, n_pending = 0;
+                const Mount *mount;
                 ScanFs *f;
 
                 fs->scan_progress = 1.0;
@@ -406,6 +445,9 @@ bool scanner_update(Scanner *s, Model *model) {
                         if (!sv || !failed_before(f, sv))
                                 f->failures[j] = f->failures[--f->n_failures];
                 }
+                mount = filesystem_mount(model, fs);
+                if (pending_ids(s, fs->uuid, &pending, &n_pending) < 0)
+                        mount = NULL;  /* queue nothing this time */
                 for (size_t j = 0; j < fs->n_subvolumes; j++) {
                         Subvolume *sv = &fs->subvolumes[j];
                         const ExtentUser *u = extent_map_find_user(&f->map, sv->id);
@@ -421,8 +463,8 @@ bool scanner_update(Scanner *s, Model *model) {
                         if (u && u->generation == sv->generation && u->change_generation == sv->change_generation &&
                             !(u->tentative && u->tentative_fingerprint != fs->root_fingerprint))
                                 done++;
-                        else
-                                job_queue(s, model, fs, f, sv);
+                        else if (!(n_pending && bsearch(&sv->id, pending, n_pending, sizeof(uint64_t), cmp_u64)))
+                                job_queue(s, mount, model, fs, f, sv);
                 }
                 fs->scan_progress = fs->n_subvolumes ? (double) done / (double) fs->n_subvolumes : 1.0;
                 if (done == fs->n_subvolumes && f->batch > 0) {

@@ -3,11 +3,15 @@
  * mkfixture - populate a mounted btrfs with subvolumes for the benchmark.
  *
  * usage: mkfixture MNT N
+ *        mkfixture --files MNT N
  *
  * Creates N subvolumes below MNT (the top level of a btrfs):
  *   MNT/vol/vNNNNNN   plain read-write subvolumes, four fifths of N, each
  *                     holding three small files (inline, one block, 16 KiB)
  *   MNT/snap/sNNNNNN  read-only snapshots of the plain ones, one fifth of N
+ *
+ * With --files: one subvolume MNT/files holding N files, the same three
+ * sizes in turn, in directories of 1000 files each.
  *
  * Everything goes through fds (libbtrfsutil's *_fd forms, openat) so that no
  * path is looked up twice: at N=10000 the cost is the kernel's, not ours.
@@ -15,6 +19,7 @@
 #define _GNU_SOURCE
 #include <btrfsutil.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,17 +68,60 @@ static int write_files(int subvol_fd, unsigned salt)
 	return 0;
 }
 
+static int make_files(int top_fd, long n)
+{
+	enum btrfs_util_error e = btrfs_util_create_subvolume_fd(top_fd, "files", 0, NULL, NULL);
+	int subvol_fd, dir_fd = -1;
+	char name[32];
+
+	if (e)
+		return fail_btrfs("create subvolume", "files", e);
+	subvol_fd = openat(top_fd, "files", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (subvol_fd < 0)
+		return 1;
+	for (long i = 0; i < n; i++) {
+		size_t size = file_sizes[i % 3];
+		static char buf[16384];
+		int fd;
+
+		if (i % 1000 == 0) {
+			if (dir_fd >= 0)
+				close(dir_fd);
+			snprintf(name, sizeof name, "d%04ld", i / 1000);
+			dir_fd = open_dir_at(subvol_fd, name);
+			if (dir_fd < 0)
+				return 1;
+		}
+		memset(buf, 'a' + i % 26, size);
+		memcpy(buf, &i, sizeof i);
+		snprintf(name, sizeof name, "f%06ld", i);
+		fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0 || write(fd, buf, size) != (ssize_t) size) {
+			fprintf(stderr, "mkfixture: files/%s: %m\n", name);
+			return 1;
+		}
+		close(fd);
+	}
+	if (dir_fd >= 0)
+		close(dir_fd);
+	close(subvol_fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct timespec t0, t1;
 	enum btrfs_util_error e;
 	int top_fd, vol_fd, snap_fd;
 	long n, snapshots, plain;
+	bool files = argc == 4 && strcmp(argv[1], "--files") == 0;
 	char name[32];
 	char *end;
 
+	if (files)
+		argv++, argc--;
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s MNT N\n", argv[0]);
+		fprintf(stderr, "usage: %s [--files] MNT N\n", argv[0]);
 		return 2;
 	}
 	errno = 0;
@@ -90,6 +138,14 @@ int main(int argc, char **argv)
 	if (top_fd < 0) {
 		fprintf(stderr, "mkfixture: open %s: %m\n", argv[1]);
 		return 1;
+	}
+	if (files) {
+		if (make_files(top_fd, n) != 0 || syncfs(top_fd) < 0)
+			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		printf("files=%ld elapsed_ms=%.0f\n", n,
+		       (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+		return 0;
 	}
 	vol_fd = open_dir_at(top_fd, "vol");
 	snap_fd = open_dir_at(top_fd, "snap");

@@ -79,9 +79,26 @@ static void test_many(void) {
         extent_map_done(&m);
 }
 
+static void test_user_order(void) {
+        static const uint64_t ids[] = { 300, 5, 1000, 256, 257, 7, 999 };
+        ExtentMap m = {};
+
+        /* Users arrive in any order; lookups need them sorted. */
+        for (size_t i = 0; i < G_N_ELEMENTS(ids); i++)
+                g_assert_cmpint(extent_map_set_user(&m, ids[i], 1, 1, 1, 0, extents(1, (i + 1) * K, K), 1), ==, 0);
+        g_assert_cmpuint(m.n_users, ==, G_N_ELEMENTS(ids));
+        for (size_t i = 1; i < m.n_users; i++)
+                g_assert_cmpuint(m.users[i - 1].id, <, m.users[i].id);
+        for (size_t i = 0; i < G_N_ELEMENTS(ids); i++)
+                assert_user(&m, ids[i], K, K);
+        g_assert_null(extent_map_find_user(&m, 6));
+        extent_map_done(&m);
+}
+
 int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/extent-map/sharing", test_sharing);
         g_test_add_func("/extent-map/many", test_many);
+        g_test_add_func("/extent-map/user-order", test_user_order);
         return g_test_run();
 }
