@@ -65,6 +65,83 @@ static void slot_delete(ExtentMap *m, struct ExtentSlot *s) {
         m->n_used--;
 }
 
+/* ---- packed extent lists ---- */
+
+static size_t varint_put(uint8_t *p, uint64_t v) {
+        size_t n = 0;
+
+        do {
+                p[n++] = (uint8_t) ((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+                v >>= 7;
+        } while (v);
+        return n;
+}
+
+static bool varint_get(ExtentIter *it, uint64_t *ret) {
+        uint64_t v = 0;
+
+        for (unsigned shift = 0; it->p < it->end && shift < 64; shift += 7) {
+                uint8_t b = *it->p++;
+                if (shift == 63 && b > 1)
+                        return false;  /* more than 64 bits */
+                v |= (uint64_t) (b & 0x7f) << shift;
+                if (!(b & 0x80)) {
+                        *ret = v;
+                        return true;
+                }
+        }
+        return false;
+}
+
+bool extent_iter_next(ExtentIter *it, DataExtent *ret) {
+        uint64_t delta, bytes;
+
+        if (it->p >= it->end || !varint_get(it, &delta) || !varint_get(it, &bytes))
+                return false;
+        /* Strictly ascending and never 0: a delta of 0 or an overflow is
+         * bad data. */
+        if (delta == 0 || it->bytenr + delta < it->bytenr)
+                return false;
+        it->bytenr += delta;
+        *ret = (DataExtent) { .bytenr = it->bytenr, .bytes = bytes };
+        return true;
+}
+
+/* Packs sorted, distinct @extents. */
+static int pack(const DataExtent *extents, size_t n, uint8_t **ret, size_t *ret_size) {
+        uint8_t *p = malloc(n * 20 + 1), *fit;  /* 10 bytes per varint at the most */
+        uint64_t prev = 0;
+        size_t size = 0;
+
+        if (!p)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                size += varint_put(p + size, extents[i].bytenr - prev);
+                size += varint_put(p + size, extents[i].bytes);
+                prev = extents[i].bytenr;
+        }
+        fit = realloc(p, size ?: 1);
+        *ret = fit ?: p;
+        *ret_size = size;
+        return 0;
+}
+
+/* Whether @packed holds exactly @n valid extents. */
+static bool packed_valid(const uint8_t *packed, size_t size, size_t n) {
+        ExtentIter it = { .p = packed, .end = packed + size };
+        DataExtent e;
+        size_t count = 0;
+
+        while (it.p < it.end) {
+                if (!extent_iter_next(&it, &e))
+                        return false;
+                count++;
+        }
+        return count == n;
+}
+
+/* ---- the map ---- */
+
 static int cmp_user(const void *a, const void *b) {
         uint64_t x = ((const ExtentUser *) a)->id, y = ((const ExtentUser *) b)->id;
         return x < y ? -1 : x > y;
@@ -152,33 +229,68 @@ static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
         return &m->users[lo];
 }
 
+/* Takes back every reference of @u. */
+static void user_clear(ExtentMap *m, ExtentUser *u) {
+        ExtentIter it = extent_iter(u);
+        DataExtent e;
+
+        while (extent_iter_next(&it, &e))
+                ref_remove(m, u, &e);
+        free(u->packed);
+        u->packed = NULL;
+        u->packed_size = u->n_extents = 0;
+        u->referenced = u->exclusive = 0;
+}
+
 int extent_map_set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
                         uint64_t inodes, uint64_t scanned_usec, DataExtent *extents, size_t n_extents) {
-        ExtentUser *u = user_get(m, id);
+        uint8_t *packed;
+        size_t size;
         int r;
 
+        r = pack(extents, n_extents, &packed, &size);
+        free(extents);
+        if (r < 0)
+                return r;
+        return extent_map_set_user_packed(m, id, generation, change_generation, inodes, scanned_usec, packed, size,
+                                          n_extents);
+}
+
+int extent_map_set_user_packed(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
+                               uint64_t inodes, uint64_t scanned_usec, uint8_t *packed, size_t packed_size,
+                               size_t n_extents) {
+        ExtentUser *u;
+        ExtentIter it = { .p = packed, .end = packed + packed_size };
+        DataExtent e;
+        int r;
+
+        if (!packed_valid(packed, packed_size, n_extents)) {
+                free(packed);
+                return -EBADMSG;
+        }
+        u = user_get(m, id);
         if (!u) {
-                free(extents);
+                free(packed);
                 return -ENOMEM;
         }
-        for (size_t i = 0; i < u->n_extents; i++)
-                ref_remove(m, u, &u->extents[i]);
-        free(u->extents);
-        u->extents = NULL;
-        u->n_extents = 0;
-        u->referenced = u->exclusive = 0;
-        for (size_t i = 0; i < n_extents; i++) {
-                /* user_get() may not move u from here on: no insertion. */
-                r = ref_add(m, u, &extents[i]);
+        user_clear(m, u);
+        /* user_get() may not move u from here on: no insertion. */
+        while (extent_iter_next(&it, &e)) {
+                r = ref_add(m, u, &e);
                 if (r < 0) {
-                        /* Undo, so that the map stays exact. */
-                        while (i-- > 0)
-                                ref_remove(m, u, &extents[i]);
-                        free(extents);
+                        /* Undo what came before @e, so that the map stays
+                         * exact, and forget @id: it is read again. */
+                        ExtentIter undo = { .p = packed, .end = packed + packed_size };
+                        DataExtent f;
+                        while (extent_iter_next(&undo, &f) && f.bytenr < e.bytenr)
+                                ref_remove(m, u, &f);
+                        free(packed);
+                        extent_map_remove_user(m, id);
                         return r;
                 }
         }
-        u->extents = extents;
+        u->packed = packed;
+        u->packed_size = packed_size;
         u->n_extents = n_extents;
         u->generation = generation;
         u->change_generation = change_generation;
@@ -192,16 +304,14 @@ void extent_map_remove_user(ExtentMap *m, uint64_t id) {
 
         if (!u)
                 return;
-        for (size_t i = 0; i < u->n_extents; i++)
-                ref_remove(m, u, &u->extents[i]);
-        free(u->extents);
+        user_clear(m, u);
         memmove(u, u + 1, (size_t) (m->users + m->n_users - (u + 1)) * sizeof(ExtentUser));
         m->n_users--;
 }
 
 void extent_map_done(ExtentMap *m) {
         for (size_t i = 0; i < m->n_users; i++)
-                free(m->users[i].extents);
+                free(m->users[i].packed);
         free(m->users);
         free(m->slots);
         *m = (ExtentMap) {};

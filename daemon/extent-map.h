@@ -8,8 +8,9 @@
  * Per extent (its disk byte number): its size on disk, how many
  * subvolumes refer to it and the sum of their ids; while one subvolume
  * does, that sum is its id.  Per subvolume: its extents, referenced and
- * exclusive bytes.  About 40 bytes per extent in the map plus 16 per
- * (subvolume, extent) pair. */
+ * exclusive bytes.  The extents of a subvolume are kept packed (see
+ * below): a snapshot of a large subvolume costs a few bytes per extent,
+ * not a copy of its extent table.  The benchmark measures the cost. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,13 +26,16 @@ typedef struct ExtentUser {
         uint64_t generation, change_generation;  /* of the tree that was read */
         uint64_t inodes, referenced, exclusive;
         uint64_t scanned_usec;   /* when the tree was read */
-        /* Read while the running transaction could still change it: read
-         * again once the root tree shows that transaction committed (its
+        /* Created in a transaction that may still be running when it was
+         * read: read again once the root tree shows a commit (its
          * fingerprint moved); see scanner.c. */
         bool tentative;
         uint64_t tentative_fingerprint;
-        DataExtent *extents;     /* sorted by bytenr, distinct */
-        size_t n_extents;
+        /* The extents, sorted by bytenr and distinct, packed: per extent
+         * the distance from the previous bytenr and the size, each a
+         * LEB128 varint.  Also the scan cache's format. */
+        uint8_t *packed;
+        size_t packed_size, n_extents;
 } ExtentUser;
 
 typedef struct ExtentMap {
@@ -44,10 +48,30 @@ typedef struct ExtentMap {
 void extent_map_done(ExtentMap *m);
 
 /* Replaces what subvolume @id refers to with @extents (sorted, distinct;
- * ownership taken) and @inodes; the exclusive bytes of every subvolume
- * sharing an extent with it are adjusted.  Returns 0 or -ENOMEM. */
+ * freed here) and @inodes; the exclusive bytes of every subvolume sharing
+ * an extent with it are adjusted.  Returns 0 or -ENOMEM. */
 int extent_map_set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
                         uint64_t inodes, uint64_t scanned_usec, DataExtent *extents, size_t n_extents);
+
+/* The same with the extents already packed (ownership taken), as read
+ * back from the scan cache: -EBADMSG unless @packed holds exactly
+ * @n_extents extents in ascending order. */
+int extent_map_set_user_packed(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
+                               uint64_t inodes, uint64_t scanned_usec, uint8_t *packed, size_t packed_size,
+                               size_t n_extents);
+
+/* Walks the packed extents of @u. */
+typedef struct ExtentIter {
+        const uint8_t *p, *end;
+        uint64_t bytenr;
+} ExtentIter;
+
+static inline ExtentIter extent_iter(const ExtentUser *u) {
+        return (ExtentIter) { .p = u->packed, .end = u->packed + u->packed_size };
+}
+
+/* The next extent into *@ret; false at the end or at bad data. */
+bool extent_iter_next(ExtentIter *it, DataExtent *ret);
 
 /* Forgets subvolume @id (deleted): its extents stop counting. */
 void extent_map_remove_user(ExtentMap *m, uint64_t id);

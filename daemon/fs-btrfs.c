@@ -103,6 +103,7 @@ static void subvolume_from_info(const struct btrfs_util_subvolume_info *info, Su
                 .parent_id = info->parent_id,
                 .generation = info->generation,
                 .change_generation = info->ctransid,
+                .creation_generation = info->otransid,
                 .creation_usec = info->otime.tv_sec > 0 ?
                         (uint64_t) info->otime.tv_sec * 1000000 + (uint64_t) info->otime.tv_nsec / 1000 : 0,
                 .read_only = info->flags & BTRFS_ROOT_SUBVOL_RDONLY,

@@ -8,8 +8,7 @@
 static MountSource arg_mount_source = MOUNT_SOURCE_AUTO;
 static char *arg_cache_dir = NULL;
 static uint64_t arg_exit_idle_usec = 0;
-/* About 60 bytes each: 4 Mi extents is about 250 MiB at the most. */
-static size_t arg_scan_max_extents = 4u << 20;
+static ScannerOptions arg_scan = SCANNER_OPTIONS_DEFAULT;
 
 static void help(void) {
         printf("Usage: %s [OPTIONS]\n\n"
@@ -26,7 +25,10 @@ static void help(void) {
                "                   D-Bus activation starts subvold again on the next call\n"
                "     --scan-max-extents=N\n"
                "                   Measure filesystems without quotas only while they have at\n"
-               "                   most N data extents (default: 4194304, ~60 bytes each)\n"
+               "                   most N data extents (default: 4194304)\n"
+               "     --scan-nice=N CPU priority of the scanner, -20..19 (default: 19)\n"
+               "     --scan-io-class=idle|best-effort\n"
+               "                   I/O class of the scanner (default: idle)\n"
                "  -v --verbose     Log debug messages too\n\n"
                "The bus address is taken from $DBUS_SYSTEM_BUS_ADDRESS when it is set.\n",
                program_invocation_short_name);
@@ -34,7 +36,10 @@ static void help(void) {
 
 /* Returns 1 to go on, 0 to exit successfully, negative on bad usage. */
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC, ARG_SCAN_MAX_EXTENTS };
+        enum {
+                ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC, ARG_SCAN_MAX_EXTENTS,
+                ARG_SCAN_NICE, ARG_SCAN_IO_CLASS,
+        };
         static const struct option options[] = {
                 { "help",      no_argument, NULL, 'h'           },
                 { "version",   no_argument, NULL, ARG_VERSION   },
@@ -42,6 +47,8 @@ static int parse_argv(int argc, char *argv[]) {
                 { "cache-dir", required_argument, NULL, ARG_CACHE_DIR },
                 { "exit-idle-sec", required_argument, NULL, ARG_EXIT_IDLE_SEC },
                 { "scan-max-extents", required_argument, NULL, ARG_SCAN_MAX_EXTENTS },
+                { "scan-nice", required_argument, NULL, ARG_SCAN_NICE },
+                { "scan-io-class", required_argument, NULL, ARG_SCAN_IO_CLASS },
                 { "verbose",   no_argument, NULL, 'v'           },
                 {}
         };
@@ -81,9 +88,30 @@ static int parse_argv(int argc, char *argv[]) {
                                 log_error("Invalid --scan-max-extents value: %s", optarg);
                                 return -EINVAL;
                         }
-                        arg_scan_max_extents = (size_t) n;
+                        arg_scan.max_extents = (size_t) n;
                         break;
                 }
+                case ARG_SCAN_NICE: {
+                        uint64_t n;
+                        bool negative = optarg[0] == '-';
+
+                        if (parse_u64(optarg + negative, &n) < 0 || n > (negative ? 20 : 19)) {
+                                log_error("Invalid --scan-nice value: %s", optarg);
+                                return -EINVAL;
+                        }
+                        arg_scan.nice = negative ? -(int) n : (int) n;
+                        break;
+                }
+                case ARG_SCAN_IO_CLASS:
+                        if (strcmp(optarg, "idle") == 0)
+                                arg_scan.io_class = SCAN_IO_IDLE;
+                        else if (strcmp(optarg, "best-effort") == 0)
+                                arg_scan.io_class = SCAN_IO_BEST_EFFORT;
+                        else {
+                                log_error("Invalid --scan-io-class value: %s", optarg);
+                                return -EINVAL;
+                        }
+                        break;
                 case 'v':
                         log_max_level = LOG_LEVEL_DEBUG;
                         break;
@@ -122,7 +150,7 @@ int main(int argc, char *argv[]) {
          * otherwise pin a second heap. */
         mallopt(M_ARENA_MAX, 1);
 
-        r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, arg_scan_max_extents, &m);
+        r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, &arg_scan, &m);
         free(arg_cache_dir);
         if (r < 0) {
                 log_error_errno(r, "Failed to allocate the manager: %m");

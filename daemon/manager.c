@@ -12,8 +12,8 @@
 #include "manager.h"
 #include "util.h"
 
-int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, size_t scan_max_extents,
-                Manager **ret) {
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec,
+                const ScannerOptions *scan_options, Manager **ret) {
         Manager *m = calloc(1, sizeof(Manager));
         int r;
 
@@ -21,11 +21,12 @@ int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_us
                 return -ENOMEM;
         m->mount_source = source;
         m->exit_idle_usec = exit_idle_usec;
-        m->scan_max_extents = scan_max_extents;
         if (cache_dir && !(m->cache_dir = strdup(cache_dir))) {
                 manager_free(m);
                 return -ENOMEM;
         }
+        m->scan_options = *scan_options;
+        m->scan_options.cache_dir = m->cache_dir;
         r = sd_event_new(&m->event);
         if (r < 0) {
                 manager_free(m);
@@ -248,7 +249,7 @@ int manager_start(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to watch signals: %m");
 
-        r = scanner_new(m->event, m->scan_max_extents, on_scan_results, m, &m->scanner);
+        r = scanner_new(m->event, &m->scan_options, on_scan_results, m, &m->scanner);
         if (r < 0)
                 return log_error_errno(r, "Failed to start the scanner: %m");
         r = manager_load(m);

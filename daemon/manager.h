@@ -25,7 +25,7 @@ typedef struct Manager {
         bool cache_write_failed;
         Watch *watch;
         Scanner *scanner;
-        size_t scan_max_extents;
+        ScannerOptions scan_options;     /* its cache_dir is cache_dir */
         sd_event_source *refresh_timer;  /* the next refresh, when one is due */
         uint64_t last_refresh;           /* CLOCK_MONOTONIC */
         uint64_t exit_idle_usec;         /* 0: never exit when idle */
@@ -33,10 +33,10 @@ typedef struct Manager {
         sd_event_source *idle_timer;
 } Manager;
 
-/* @cache_dir may be NULL (no persistent usage cache); @exit_idle_usec 0
- * keeps the daemon running. */
-int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, size_t scan_max_extents,
-                Manager **ret);
+/* @cache_dir may be NULL (no persistent usage and scan caches);
+ * @exit_idle_usec 0 keeps the daemon running. */
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec,
+                const ScannerOptions *scan_options, Manager **ret);
 Manager *manager_free(Manager *m);
 static inline void manager_freep(Manager **m) {
         manager_free(*m);

@@ -66,6 +66,7 @@ typedef struct Subvolume {
         uint8_t received_uuid[16];
         uint64_t generation;
         uint64_t change_generation;    /* ctransid */
+        uint64_t creation_generation;  /* otransid */
         uint64_t creation_usec;        /* otime */
         bool read_only;
         const struct Subvolume *snapshot_source;  /* same filesystem, or NULL */

@@ -8,6 +8,7 @@
 
 #include "extent-map.h"
 #include "fs-btrfs.h"
+#include "scan-cache.h"
 #include "scanner.h"
 #include "util.h"
 
@@ -16,7 +17,7 @@ typedef struct Job {
         char *point;             /* a mount point of the filesystem */
         uint64_t mount_id;
         MountSource source;
-        uint64_t id, generation, change_generation;
+        uint64_t id, generation, change_generation, creation_generation;
         uint64_t fs_generation, fs_fingerprint;  /* of the filesystem when queued */
 } Job;
 
@@ -35,12 +36,12 @@ typedef struct Failure {
 } Failure;
 
 typedef struct ScanFs {
-        uint8_t uuid[16];
-        ExtentMap map;
+        ScanCacheFs cached;      /* uuid and map: what the scan cache keeps */
         Failure *failures;       /* trees that could not be read: not again until they change */
         size_t n_failures, allocated_failures;
         bool too_big;            /* past max_extents: no figures for it */
         bool seen;
+        bool queued;             /* jobs made during this update */
         size_t batch;            /* trees read since the filesystem was last complete */
         uint64_t batch_start, batch_end;  /* CLOCK_MONOTONIC µs: first queued, last read */
 } ScanFs;
@@ -51,6 +52,10 @@ struct Scanner {
         void (*on_results)(void *userdata);
         void *userdata;
         size_t max_extents;
+        int nice;
+        ScanIOClass io_class;
+        char *cache_dir;
+        bool unsaved;            /* figures came in since scan.cache was written */
 
         /* Shared with the worker, under lock. */
         pthread_t thread;
@@ -85,15 +90,18 @@ static bool jobs_empty(const Scanner *s) {
 
 /* ---- the worker ---- */
 
-static void worker_lower_priority(void) {
-        /* Idle I/O class, nice 19: scanning yields to everything else.
-         * Both apply to this thread only. */
-        enum { IOPRIO_WHO_PROCESS = 1, IOPRIO_CLASS_IDLE = 3, IOPRIO_CLASS_SHIFT = 13 };
+static void worker_lower_priority(const Scanner *s) {
+        /* By default the idle I/O class and nice 19: scanning yields to
+         * everything else.  Both apply to this thread only. */
+        enum { IOPRIO_WHO_PROCESS = 1, IOPRIO_CLASS_BE = 2, IOPRIO_CLASS_IDLE = 3, IOPRIO_CLASS_SHIFT = 13 };
+        int ioprio = s->io_class == SCAN_IO_IDLE ? IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT
+                                                 : IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT | 7;
 
-        if (syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT) < 0)
-                log_debug_errno(errno, "Cannot lower the scanner's I/O priority: %m");
-        if (setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), 19) < 0)
-                log_debug_errno(errno, "Cannot lower the scanner's CPU priority: %m");
+        (void) pthread_setname_np(pthread_self(), "subvold-scan");
+        if (syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, ioprio) < 0)
+                log_debug_errno(errno, "Cannot set the scanner's I/O priority: %m");
+        if (setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), s->nice) < 0)
+                log_debug_errno(errno, "Cannot set the scanner's CPU priority: %m");
 }
 
 /* Reads one tree.  *fd is kept open across a run of jobs on the same
@@ -122,7 +130,7 @@ static void *worker(void *userdata) {
         uint8_t fd_uuid[16] = {};
         uint64_t fd_mount = 0, one = 1;
 
-        worker_lower_priority();
+        worker_lower_priority(s);
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 Result res = {};
@@ -187,18 +195,83 @@ static int on_wakeup(sd_event_source *source, int fd, uint32_t revents, void *us
         return 0;
 }
 
-int scanner_new(sd_event *event, size_t max_extents, void (*on_results)(void *userdata), void *userdata,
-                Scanner **ret) {
+static void scanner_load(Scanner *s) {
+        ScanCacheFs *fss;
+        size_t n, users = 0;
+        int r;
+
+        r = scan_cache_load(s->cache_dir, &fss, &n);
+        if (r == -ENOENT)
+                return;
+        if (r < 0) {
+                if (r == -EPROTONOSUPPORT)
+                        log_info("Ignoring the scan cache in %s: it was written by another version.", s->cache_dir);
+                else if (r == -EBADMSG)
+                        log_warning("Ignoring the scan cache in %s: it is truncated or corrupted.", s->cache_dir);
+                else
+                        log_warning_errno(r, "Ignoring the scan cache in %s: %m", s->cache_dir);
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                ScanFs *f = NULL;
+
+                if (extent_map_size(&fss[i].map) <= s->max_extents &&
+                    grow_array(&s->fss, &s->allocated_fss, s->n_fss + 1, sizeof(ScanFs)) >= 0)
+                        f = &s->fss[s->n_fss++];
+                if (!f) {
+                        extent_map_done(&fss[i].map);
+                        continue;
+                }
+                *f = (ScanFs) { .cached = fss[i] };
+                users += f->cached.map.n_users;
+        }
+        free(fss);
+        log_debug("Read the extents of %zu subvolume(s) from the scan cache.", users);
+}
+
+/* Writes scan.cache when there is something new to write. */
+static void scanner_save(Scanner *s) {
+        _cleanup_free_ const ScanCacheFs **fss = NULL;
+        size_t n = 0;
+        int r;
+
+        if (!s->cache_dir || !s->unsaved)
+                return;
+        fss = calloc(s->n_fss ?: 1, sizeof(*fss));
+        if (!fss)
+                return;
+        for (size_t i = 0; i < s->n_fss; i++)
+                if (!s->fss[i].too_big)
+                        fss[n++] = &s->fss[i].cached;
+        r = scan_cache_save(s->cache_dir, fss, n);
+        if (r < 0)
+                log_warning_errno(r, "Cannot write the scan cache in %s: %m", s->cache_dir);
+        s->unsaved = false;  /* tried: not again before new figures come */
+}
+
+int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_results)(void *userdata),
+                void *userdata, Scanner **ret) {
         Scanner *s = calloc(1, sizeof(Scanner));
         int r;
 
         if (!s)
                 return -ENOMEM;
+        s->wakeup_fd = -1;
         s->on_results = on_results;
         s->userdata = userdata;
-        s->max_extents = max_extents;
+        s->max_extents = options->max_extents;
+        s->nice = options->nice;
+        s->io_class = options->io_class;
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->more, NULL);
+        if (options->cache_dir) {
+                s->cache_dir = strdup(options->cache_dir);
+                if (!s->cache_dir) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                scanner_load(s);
+        }
         s->wakeup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (s->wakeup_fd < 0) {
                 r = -errno;
@@ -221,6 +294,7 @@ fail:
 Scanner *scanner_free(Scanner *s) {
         if (!s)
                 return NULL;
+        scanner_save(s);
         if (s->thread_started) {
                 pthread_mutex_lock(&s->lock);
                 s->stop = true;
@@ -236,9 +310,10 @@ Scanner *scanner_free(Scanner *s) {
                 free(s->results[i].extents);
         }
         for (size_t i = 0; i < s->n_fss; i++) {
-                extent_map_done(&s->fss[i].map);
+                extent_map_done(&s->fss[i].cached.map);
                 free(s->fss[i].failures);
         }
+        free(s->cache_dir);
         free(s->jobs);
         free(s->results);
         free(s->fss);
@@ -252,7 +327,7 @@ Scanner *scanner_free(Scanner *s) {
 
 static ScanFs *scan_fs_find(Scanner *s, const uint8_t uuid[16]) {
         for (size_t i = 0; i < s->n_fss; i++)
-                if (memcmp(s->fss[i].uuid, uuid, 16) == 0)
+                if (memcmp(s->fss[i].cached.uuid, uuid, 16) == 0)
                         return &s->fss[i];
         return NULL;
 }
@@ -266,7 +341,7 @@ static ScanFs *scan_fs_get(Scanner *s, const uint8_t uuid[16]) {
                 return NULL;
         f = &s->fss[s->n_fss++];
         *f = (ScanFs) {};
-        memcpy(f->uuid, uuid, 16);
+        memcpy(f->cached.uuid, uuid, 16);
         return f;
 }
 
@@ -342,24 +417,32 @@ static bool scanner_take_results(Scanner *s) {
                         free(res->extents);
                         continue;
                 }
-                if (extent_map_set_user(&f->map, res->job.id, res->job.generation, res->job.change_generation,
+                if (log_max_level >= LOG_LEVEL_DEBUG) {
+                        char buf[UUID_STRING_MAX];
+                        log_debug("Read the tree of subvolume %" PRIu64 " of %s: %" PRIu64 " inode(s), %zu extent(s).",
+                                  res->job.id, uuid_format(f->cached.uuid, buf), res->inodes, res->n_extents);
+                }
+                if (extent_map_set_user(&f->cached.map, res->job.id, res->job.generation, res->job.change_generation,
                                         res->inodes, res->finished_usec, res->extents, res->n_extents) < 0)
                         continue;
-                /* A subvolume changed in the running transaction keeps its
-                 * generation through the commit, which may still change
-                 * what the tree holds: read it again after the commit. */
-                ExtentUser *u = (ExtentUser *) extent_map_find_user(&f->map, res->job.id);
-                u->tentative = res->job.generation >= res->job.fs_generation ||
-                               res->job.change_generation >= res->job.fs_generation;
+                /* A subvolume's root item takes the generation of the
+                 * transaction that changed it when that commits, so a
+                 * change in the running transaction shows up then; except
+                 * in a subvolume created in that very transaction, whose
+                 * generation already is that one: read it again once the
+                 * root tree shows a commit (its fingerprint moved). */
+                ExtentUser *u = (ExtentUser *) extent_map_find_user(&f->cached.map, res->job.id);
+                u->tentative = res->job.creation_generation >= res->job.fs_generation;
                 u->tentative_fingerprint = res->job.fs_fingerprint;
                 changed = true;
+                s->unsaved = true;
                 f->batch++;
                 f->batch_end = res->finished_mono;
-                if (extent_map_size(&f->map) > s->max_extents) {
+                if (extent_map_size(&f->cached.map) > s->max_extents) {
                         char buf[UUID_STRING_MAX];
                         log_warning("btrfs filesystem %s has more than %zu data extents; not measuring its "
-                                    "usage (see --scan-max-extents).", uuid_format(f->uuid, buf), s->max_extents);
-                        extent_map_done(&f->map);
+                                    "usage (see --scan-max-extents).", uuid_format(f->cached.uuid, buf), s->max_extents);
+                        extent_map_done(&f->cached.map);
                         f->too_big = true;
                 }
         }
@@ -383,39 +466,60 @@ static bool failed_before(const ScanFs *f, const Subvolume *sv) {
         return false;
 }
 
-/* Under lock. */
-static void job_queue(Scanner *s, const Mount *m, const Model *model, const Filesystem *fs, ScanFs *f,
-                      const Subvolume *sv) {
+/* New work, gathered without the lock and handed over at once. */
+typedef struct JobList {
+        Job *jobs;
+        size_t n, allocated;
+} JobList;
+
+static void job_list_done(JobList *l) {
+        for (size_t i = 0; i < l->n; i++)
+                free(l->jobs[i].point);
+        free(l->jobs);
+}
+
+static void job_add(JobList *l, const Mount *m, const Model *model, const Filesystem *fs, ScanFs *f,
+                    const Subvolume *sv) {
         Job job;
 
-        if (!m || failed_before(f, sv))
+        if (!m || failed_before(f, sv) || grow_array(&l->jobs, &l->allocated, l->n + 1, sizeof(Job)) < 0)
                 return;
-        if (s->first_job > 0 && s->n_jobs == s->allocated_jobs) {
+        job = (Job) { .point = strdup(m->point), .mount_id = m->id, .source = model->mounts.source, .id = sv->id,
+                      .generation = sv->generation, .change_generation = sv->change_generation,
+                      .creation_generation = sv->creation_generation,
+                      .fs_generation = fs->generation, .fs_fingerprint = fs->root_fingerprint };
+        if (!job.point)
+                return;
+        memcpy(job.uuid, fs->uuid, 16);
+        l->jobs[l->n++] = job;
+        f->queued = true;
+}
+
+/* Under lock: appends @l to the queue (emptying @l) and wakes the worker. */
+static void jobs_submit(Scanner *s, JobList *l) {
+        if (l->n == 0)
+                return;
+        if (s->first_job > 0 && s->n_jobs + l->n > s->allocated_jobs) {
                 /* Reuse the room of the jobs taken before growing. */
                 s->n_jobs -= s->first_job;
                 memmove(s->jobs, s->jobs + s->first_job, s->n_jobs * sizeof(Job));
                 s->first_job = 0;
         }
-        if (grow_array(&s->jobs, &s->allocated_jobs, s->n_jobs + 1, sizeof(Job)) < 0)
-                return;
-        if (f->batch == 0 && f->batch_start == 0)
-                f->batch_start = clock_usec(CLOCK_MONOTONIC);
-        job = (Job) { .point = strdup(m->point), .mount_id = m->id, .source = model->mounts.source, .id = sv->id,
-                      .generation = sv->generation, .change_generation = sv->change_generation,
-                      .fs_generation = fs->generation, .fs_fingerprint = fs->root_fingerprint };
-        if (!job.point)
-                return;
-        memcpy(job.uuid, fs->uuid, 16);
-        s->jobs[s->n_jobs++] = job;
+        if (grow_array(&s->jobs, &s->allocated_jobs, s->n_jobs + l->n, sizeof(Job)) < 0)
+                return;  /* queued again by the next update */
+        memcpy(s->jobs + s->n_jobs, l->jobs, l->n * sizeof(Job));
+        s->n_jobs += l->n;
+        l->n = 0;
         pthread_cond_signal(&s->more);
 }
 
 bool scanner_update(Scanner *s, Model *model) {
-        bool changed = scanner_take_results(s);
+        bool changed = scanner_take_results(s), run_done = false;
+        JobList new = {};
+        uint64_t now;
 
         for (size_t i = 0; i < s->n_fss; i++)
                 s->fss[i].seen = false;
-        pthread_mutex_lock(&s->lock);
         for (size_t i = 0; i < model->n_filesystems; i++) {
                 Filesystem *fs = model->filesystems[i];
                 _cleanup_free_ uint64_t *pending = NULL;
@@ -434,9 +538,9 @@ bool scanner_update(Scanner *s, Model *model) {
                         continue;
                 /* Forget subvolumes that were deleted: what they shared may
                  * be exclusive to others now. */
-                for (size_t j = f->map.n_users; j-- > 0;)
-                        if (!filesystem_find_subvolume(fs, f->map.users[j].id)) {
-                                extent_map_remove_user(&f->map, f->map.users[j].id);
+                for (size_t j = f->cached.map.n_users; j-- > 0;)
+                        if (!filesystem_find_subvolume(fs, f->cached.map.users[j].id)) {
+                                extent_map_remove_user(&f->cached.map, f->cached.map.users[j].id);
                                 changed = true;
                         }
                 /* ... and failures that no longer apply. */
@@ -446,11 +550,13 @@ bool scanner_update(Scanner *s, Model *model) {
                                 f->failures[j] = f->failures[--f->n_failures];
                 }
                 mount = filesystem_mount(model, fs);
+                pthread_mutex_lock(&s->lock);
                 if (pending_ids(s, fs->uuid, &pending, &n_pending) < 0)
                         mount = NULL;  /* queue nothing this time */
+                pthread_mutex_unlock(&s->lock);
                 for (size_t j = 0; j < fs->n_subvolumes; j++) {
                         Subvolume *sv = &fs->subvolumes[j];
-                        const ExtentUser *u = extent_map_find_user(&f->map, sv->id);
+                        const ExtentUser *u = extent_map_find_user(&f->cached.map, sv->id);
 
                         if (u) {
                                 sv->usage = (Usage) {
@@ -464,7 +570,7 @@ bool scanner_update(Scanner *s, Model *model) {
                             !(u->tentative && u->tentative_fingerprint != fs->root_fingerprint))
                                 done++;
                         else if (!(n_pending && bsearch(&sv->id, pending, n_pending, sizeof(uint64_t), cmp_u64)))
-                                job_queue(s, mount, model, fs, f, sv);
+                                job_add(&new, mount, model, fs, f, sv);
                 }
                 fs->scan_progress = fs->n_subvolumes ? (double) done / (double) fs->n_subvolumes : 1.0;
                 if (done == fs->n_subvolumes && f->batch > 0) {
@@ -473,20 +579,35 @@ bool scanner_update(Scanner *s, Model *model) {
                                  uuid_format(fs->uuid, buf), (double) (f->batch_end - f->batch_start) / 1000);
                         f->batch = 0;
                         f->batch_start = 0;
+                        run_done = true;
                         /* The queue and the results of a large run are
                          * gone now: give their memory back. */
                         malloc_trim(0);
                 }
         }
+        pthread_mutex_lock(&s->lock);
+        now = clock_usec(CLOCK_MONOTONIC);
+        jobs_submit(s, &new);
         /* Filesystems that went away (or turned quotas on). */
         for (size_t i = s->n_fss; i-- > 0;) {
                 if (s->fss[i].seen)
                         continue;
-                jobs_cancel(s, s->fss[i].uuid);
-                extent_map_done(&s->fss[i].map);
+                jobs_cancel(s, s->fss[i].cached.uuid);
+                extent_map_done(&s->fss[i].cached.map);
                 free(s->fss[i].failures);
                 s->fss[i] = s->fss[--s->n_fss];
         }
         pthread_mutex_unlock(&s->lock);
+        job_list_done(&new);
+        /* A run starts when its first trees are handed to the worker. */
+        for (size_t i = 0; i < s->n_fss; i++) {
+                ScanFs *f = &s->fss[i];
+                if (f->queued && f->batch == 0 && f->batch_start == 0)
+                        f->batch_start = now;
+                f->queued = false;
+        }
+        /* Written when a filesystem is complete, not after every tree. */
+        if (run_done)
+                scanner_save(s);
         return changed;
 }

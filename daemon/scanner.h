@@ -14,9 +14,27 @@
 
 typedef struct Scanner Scanner;
 
-/* @on_results runs in the main loop when scans finished. */
-int scanner_new(sd_event *event, size_t max_extents, void (*on_results)(void *userdata), void *userdata,
-                Scanner **ret);
+typedef enum ScanIOClass {
+        SCAN_IO_IDLE,            /* disk time only when nobody else wants it */
+        SCAN_IO_BEST_EFFORT,     /* the lowest level of the normal class */
+        _SCAN_IO_CLASS_MAX,
+} ScanIOClass;
+
+typedef struct ScannerOptions {
+        size_t max_extents;      /* a filesystem with more data extents gets no figures */
+        int nice;                /* of the worker thread, -20..19 */
+        ScanIOClass io_class;
+        const char *cache_dir;   /* where scan.cache lives; NULL: not persisted */
+} ScannerOptions;
+
+#define SCANNER_OPTIONS_DEFAULT \
+        ((ScannerOptions) { .max_extents = 4u << 20, .nice = 19, .io_class = SCAN_IO_IDLE })
+
+/* Starts the worker and reads the scan cache, if any.  @on_results runs
+ * in the main loop when scans finished. */
+int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_results)(void *userdata),
+                void *userdata, Scanner **ret);
+/* Saves what is not saved yet, stops the worker. */
 Scanner *scanner_free(Scanner *s);
 
 /* Takes in what finished, then brings the scanner in line with @model:

@@ -5,12 +5,18 @@
  *
  * usage: busbench getid   ADDRESS CALLS
  *        busbench get     ADDRESS CALLS OBJECT INTERFACE PROPERTY
+ *        busbench get-while-scanning ADDRESS CALLS OBJECT INTERFACE PROPERTY FILESYSTEM
  *        busbench managed ADDRESS CALLS [OBJECT]
  *        busbench startup BINARY [ARG...]
  *
  * getid    org.freedesktop.DBus.GetId on the bus itself: one round trip
  *          through the broker, the floor any service call pays.
  * get      org.freedesktop.DBus.Properties.Get of one property.
+ * get-while-scanning
+ *          the same while subvold's scanner is at work: before every 20th
+ *          call, ScanProgress of the FILESYSTEM object is read (not timed)
+ *          and the run stops when it is 1, or after CALLS calls.  Fails if
+ *          the scan is over before the first call.
  * managed  org.freedesktop.DBus.ObjectManager.GetManagedObjects on OBJECT
  *          (default /org/subvold/Subvold1).
  * get and managed call org.subvold.Subvold1, or $BUSBENCH_DEST when set.
@@ -251,8 +257,11 @@ static int run_calls(int argc, char **argv)
 		fprintf(stderr, "busbench: bad CALLS '%s'\n", argv[3]);
 		return 2;
 	}
-	if ((!strcmp(mode, "get") && argc != 7) || (!strcmp(mode, "getid") && argc != 4) ||
-	    (!strcmp(mode, "managed") && argc != 4 && argc != 5)) {
+	bool get = !strcmp(mode, "get") || !strcmp(mode, "get-while-scanning");
+	bool while_scanning = !strcmp(mode, "get-while-scanning");
+
+	if ((!strcmp(mode, "get") && argc != 7) || (while_scanning && argc != 8) ||
+	    (!strcmp(mode, "getid") && argc != 4) || (!strcmp(mode, "managed") && argc != 4 && argc != 5)) {
 		fprintf(stderr, "busbench: wrong number of arguments for %s\n", mode);
 		return 2;
 	}
@@ -283,12 +292,26 @@ static int run_calls(int argc, char **argv)
 		sd_bus_error error = SD_BUS_ERROR_NULL;
 		uint64_t t0;
 
+		if (while_scanning && i % 20 == 0) {
+			double progress = 0;
+
+			r = sd_bus_get_property_trivial(bus, dest, argv[7], "org.subvold.Subvold1.Filesystem",
+							"ScanProgress", &error, 'd', &progress);
+			if (r < 0) {
+				fprintf(stderr, "busbench: ScanProgress: %s\n", error.message ?: strerror(-r));
+				return 1;
+			}
+			if (progress >= 1) {
+				calls = i;
+				break;
+			}
+		}
 		reply = sd_bus_message_unref(reply);
 		t0 = now_ns();
 		if (!strcmp(mode, "getid"))
 			r = sd_bus_call_method(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
 					       "org.freedesktop.DBus", "GetId", &error, &reply, NULL);
-		else if (!strcmp(mode, "get"))
+		else if (get)
 			r = sd_bus_call_method(bus, dest, argv[4], "org.freedesktop.DBus.Properties",
 					       "Get", &error, &reply, "ss", argv[5], argv[6]);
 		else
@@ -304,6 +327,10 @@ static int run_calls(int argc, char **argv)
 		sd_bus_error_free(&error);
 	}
 
+	if (calls == 0) {
+		fprintf(stderr, "busbench: the scan was over before the first call\n");
+		return 1;
+	}
 	r = reply_wire_size(reply, &total, &body);
 	if (r >= 0 && !strcmp(mode, "managed"))
 		r = count_objects(reply, &objects);
@@ -441,11 +468,12 @@ int main(int argc, char **argv)
 	if (argc >= 2 && !strcmp(argv[1], "startup"))
 		return run_startup(argc, argv);
 	if (argc >= 4 && (!strcmp(argv[1], "getid") || !strcmp(argv[1], "get") ||
-			  !strcmp(argv[1], "managed")))
+			  !strcmp(argv[1], "get-while-scanning") || !strcmp(argv[1], "managed")))
 		return run_calls(argc, argv);
 	fprintf(stderr,
 		"usage: %1$s getid   ADDRESS CALLS\n"
 		"       %1$s get     ADDRESS CALLS OBJECT INTERFACE PROPERTY\n"
+		"       %1$s get-while-scanning ADDRESS CALLS OBJECT INTERFACE PROPERTY FILESYSTEM\n"
 		"       %1$s managed ADDRESS CALLS [OBJECT]\n"
 		"       %1$s startup BINARY [ARG...]\n", argv[0]);
 	return 2;

@@ -6,11 +6,14 @@ the subvolume trees as btrfs-progs dumps them (`btrfs inspect-internal
 dump-tree`); once against qgroups, enabled after the scan."""
 
 import collections
+import ctypes
 import os
+import platform
 import re
+import subprocess
 import threading
 
-from harness import (FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
+from harness import (FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
                      btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for)
 
 KiB = 1 << 10
@@ -18,6 +21,8 @@ MiB = 1 << 20
 SCAN_TIMEOUT = 90  # generous: a slow machine must fail nothing; nothing here measures time
 
 Usage = collections.namedtuple("Usage", "inodes referenced exclusive")
+SYS_ioprio_get = {"x86_64": 252, "aarch64": 31, "i686": 290}[platform.machine()]
+IOPRIO_CLASS_BE, IOPRIO_CLASS_IDLE = 2, 3
 
 
 def write_random(path, size):
@@ -185,13 +190,13 @@ class ScanTest(TestCase):
         self.mountpoints.append(mnt)
         return fs, mnt
 
-    def start(self):
+    def start(self, *args):
         # The fixture is on disk before subvold first looks: the first scan
         # sees allocated extents, not data still waiting for writeback.
         for mnt in self.mountpoints:
             if os.path.ismount(mnt):
                 settle(mnt)
-        self.daemon = Daemon(self, self.bus)
+        self.daemon = Daemon(self, self.bus, *args)
         return self.daemon
 
     def refresh(self):
@@ -426,6 +431,155 @@ class ScanTest(TestCase):
         usage = self.assert_scan_matches(fs, mnt)  # also: S is no longer published
         self.assertNotIn(s, usage)
         self.assertEqual(usage[a], Usage(2, MiB, MiB))
+
+    # ------------------------------------------------------------ the scan cache, across restarts
+
+    def trees_read(self, daemon, fs):
+        """The ids of the subvolumes of @fs whose trees @daemon read (its
+        debug log), and the sizes of its completed runs."""
+        log = daemon.log()
+        read = [int(i) for i in re.findall(rf"Read the tree of subvolume (\d+) of {fs.uuid}:", log)]
+        runs = [int(n) for n in re.findall(rf"Measured the usage of (\d+) subvolume\(s\) of {fs.uuid} ", log)]
+        return read, runs
+
+    def test_restart_reads_only_changed_trees(self):
+        """With --cache-dir, the extents read survive a restart: a restart
+        reads no tree that did not change, and after a change only the
+        changed one; a read-only snapshot is never read twice."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        snapshot(f"{mnt}/A", f"{mnt}/S", readonly=True)
+        subvolume_create(f"{mnt}/B")
+        write_random(f"{mnt}/B/data", 64 * KiB)
+        settle(mnt)
+        # One more transaction, in the top level only: A, S and B are then
+        # settled, older than the filesystem's generation.
+        write_random(f"{mnt}/top", 4 * KiB)
+        a, s, b = (btrfs_rootid(f"{mnt}/{n}") for n in "ASB")
+        cache = self.path("cache")
+        os.mkdir(cache)
+
+        daemon = self.start("--cache-dir", cache, "-v")
+        first = self.assert_scan_matches(fs, mnt)
+        self.assertEqual((first[a], first[s], first[b]),
+                         (Usage(2, MiB, 0), Usage(2, MiB, 0), Usage(2, 64 * KiB, 64 * KiB)))
+        read, runs = self.trees_read(daemon, fs)
+        self.assertEqual(sorted(read), sorted([5, a, s, b]))
+        self.assertEqual(runs, [4])
+        daemon.stop()
+        self.assertTrue(os.path.isfile(f"{cache}/scan.cache"))
+
+        # Nothing changed: nothing is read, the figures are the same.
+        daemon = self.start("--cache-dir", cache, "-v")
+        self.assertEqual(self.assert_scan_matches(fs, mnt), first)
+        self.assertEqual(self.trees_read(daemon, fs), ([], []))
+        daemon.stop()
+
+        # B changes while subvold is away: B alone is read again, and the
+        # snapshot's exclusive bytes stay right without reading it.
+        write_random(f"{mnt}/B/more", 128 * KiB)
+        run("rm", f"{mnt}/A/data")
+        settle(mnt)
+        daemon = self.start("--cache-dir", cache, "-v")
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual((usage[s], usage[b]), (Usage(2, MiB, MiB), Usage(3, 192 * KiB, 192 * KiB)))
+        read, runs = self.trees_read(daemon, fs)
+        self.assertNotIn(s, read)
+        self.assertIn(b, read)
+        self.assertIn(a, read)
+        daemon.stop()
+
+    def test_corrupted_scan_cache(self):
+        """A damaged scan.cache is refused with one log line; subvold reads
+        every tree again and writes a good file."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", MiB)
+        snapshot(f"{mnt}/A", f"{mnt}/S", readonly=True)
+        cache = self.path("cache")
+        os.mkdir(cache)
+        daemon = self.start("--cache-dir", cache, "-v")
+        first = self.assert_scan_matches(fs, mnt)
+        daemon.stop()
+
+        path = f"{cache}/scan.cache"
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x55]))
+        daemon = self.start("--cache-dir", cache, "-v")
+        self.assertEqual(self.assert_scan_matches(fs, mnt), first)
+        log = daemon.log()
+        self.assertEqual(log.count("Ignoring the scan cache"), 1, log)
+        self.assertIn("truncated or corrupted", log)
+        self.assertEqual(sorted(self.trees_read(daemon, fs)[0]), sorted(first))
+        daemon.stop()
+
+        # The file written after that run is good again.
+        daemon = self.start("--cache-dir", cache, "-v")
+        self.assertEqual(self.assert_scan_matches(fs, mnt), first)
+        self.assertNotIn("Ignoring the scan cache", daemon.log())
+        self.assertEqual(self.trees_read(daemon, fs), ([], []))
+        daemon.stop()
+
+    # ------------------------------------------------------------ limits and priorities
+
+    def test_max_extents(self):
+        """Past --scan-max-extents, one warning and no figures for that
+        filesystem: its subvolumes keep UsageSource "none"."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        for i in range(3):
+            write_random(f"{mnt}/A/f{i}", 64 * KiB)  # three extents
+        small, small_mnt = self.make_fs("small")
+        subvolume_create(f"{small_mnt}/A")
+        write_random(f"{small_mnt}/A/f", 64 * KiB)  # one extent
+        daemon = self.start("--scan-max-extents", "2")
+        usage = self.assert_scan_matches(small, small_mnt)
+        self.assertEqual(usage[btrfs_rootid(f"{small_mnt}/A")], Usage(2, 64 * KiB, 64 * KiB))
+        wait_for(lambda: f"btrfs filesystem {fs.uuid} has more than 2 data extents" in daemon.log(),
+                 "the warning", timeout=SCAN_TIMEOUT)
+        self.refresh()
+        published = self.published(fs)
+        self.assertTrue(published)
+        for props in published.values():
+            self.assertEqual((props["UsageSource"], props["Inodes"]), ("none", 2**64 - 1))
+        self.assertEqual(daemon.log().count(f"btrfs filesystem {fs.uuid} has more than"), 1)
+        daemon.stop()
+
+    def scanner_thread(self, daemon):
+        for tid in os.listdir(f"/proc/{daemon.proc.pid}/task"):
+            with open(f"/proc/{daemon.proc.pid}/task/{tid}/comm") as f:
+                if f.read().strip() == "subvold-scan":
+                    return int(tid)
+        self.fail("no thread named subvold-scan")
+
+    def priorities(self, tid):
+        """(nice, I/O class, I/O level) of thread @tid, from the kernel."""
+        with open(f"/proc/{tid}/stat") as f:
+            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        libc = ctypes.CDLL(None, use_errno=True)
+        ioprio = libc.syscall(SYS_ioprio_get, 1, tid)  # IOPRIO_WHO_PROCESS: a thread id
+        self.assertGreaterEqual(ioprio, 0, os.strerror(ctypes.get_errno()))
+        return nice, ioprio >> 13, ioprio & 0x1fff
+
+    def test_priorities(self):
+        """The scanner thread runs at nice 19 in the idle I/O class by
+        default; --scan-nice and --scan-io-class change that, and bad
+        values are refused at start."""
+        daemon = self.start()
+        self.assertEqual(self.priorities(self.scanner_thread(daemon)), (19, IOPRIO_CLASS_IDLE, 0))
+        self.assertEqual(self.priorities(daemon.proc.pid)[0], 0)  # the main thread keeps its own
+        daemon.stop()
+        daemon = self.start("--scan-nice=5", "--scan-io-class=best-effort")
+        self.assertEqual(self.priorities(self.scanner_thread(daemon)), (5, IOPRIO_CLASS_BE, 7))
+        daemon.stop()
+        for bad in ("--scan-nice=20", "--scan-nice=-21", "--scan-nice=x", "--scan-io-class=realtime"):
+            proc = subprocess.run([SUBVOLD, bad], env=self.bus.env, capture_output=True, timeout=60)
+            self.assertEqual(proc.returncode, 2, bad)
+            self.assertIn(b"Invalid", proc.stderr)
 
     # ------------------------------------------------------------ many subvolumes, changing under the scan
 

@@ -95,10 +95,67 @@ static void test_user_order(void) {
         extent_map_done(&m);
 }
 
+static void test_packing(void) {
+        /* Small and huge numbers: one- to ten-byte varints. */
+        static const DataExtent in[] = {
+                { 1, 1 }, { 128, 127 }, { 4096, 4096 }, { 1ULL << 40, 128ULL << 20 }, { UINT64_MAX - 1, UINT64_MAX },
+        };
+        ExtentMap m = {};
+        DataExtent *copy = g_memdup2(in, sizeof in), e;
+        ExtentIter it;
+        size_t n = 0;
+
+        g_assert_cmpint(extent_map_set_user(&m, 256, 1, 1, 0, 0, copy, G_N_ELEMENTS(in)), ==, 0);
+        const ExtentUser *u = extent_map_find_user(&m, 256);
+        g_assert_cmpuint(u->n_extents, ==, G_N_ELEMENTS(in));
+        g_assert_cmpuint(u->packed_size, <, sizeof in);
+        it = extent_iter(u);
+        while (extent_iter_next(&it, &e)) {
+                g_assert_cmpuint(e.bytenr, ==, in[n].bytenr);
+                g_assert_cmpuint(e.bytes, ==, in[n].bytes);
+                n++;
+        }
+        g_assert_cmpuint(n, ==, G_N_ELEMENTS(in));
+        extent_map_done(&m);
+}
+
+static void test_packed_checked(void) {
+        /* What the scan cache hands over is checked before use. */
+        static const struct {
+                const char *what;
+                uint8_t data[12];
+                size_t size, n;
+        } bad[] = {
+                { "fewer extents than said", { 0x01, 0x01 }, 2, 2 },
+                { "more extents than said", { 0x01, 0x01, 0x01, 0x01 }, 4, 1 },
+                { "a zero distance (not ascending)", { 0x01, 0x01, 0x00, 0x01 }, 4, 2 },
+                { "a truncated varint", { 0x01, 0x81 }, 2, 1 },
+                { "trailing bytes", { 0x01, 0x01, 0x01 }, 3, 1 },
+                { "a varint over 64 bits", { 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02 }, 11, 1 },
+                { "a varint of 11 bytes", { 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x81, 0x00 }, 12, 1 },
+        };
+        ExtentMap m = {};
+
+        for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+                g_test_message("%s", bad[i].what);
+                g_assert_cmpint(extent_map_set_user_packed(&m, 256, 1, 1, 0, 0, g_memdup2(bad[i].data, bad[i].size),
+                                                           bad[i].size, bad[i].n), ==, -EBADMSG);
+                g_assert_null(extent_map_find_user(&m, 256));
+        }
+        g_assert_cmpuint(extent_map_size(&m), ==, 0);
+        /* An overflow of the byte number: UINT64_MAX, then +2. */
+        uint8_t overflow[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x01, 0x02, 0x01 };
+        g_assert_cmpint(extent_map_set_user_packed(&m, 256, 1, 1, 0, 0, g_memdup2(overflow, sizeof overflow),
+                                                   sizeof overflow, 2), ==, -EBADMSG);
+        extent_map_done(&m);
+}
+
 int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/extent-map/sharing", test_sharing);
         g_test_add_func("/extent-map/many", test_many);
         g_test_add_func("/extent-map/user-order", test_user_order);
+        g_test_add_func("/extent-map/packing", test_packing);
+        g_test_add_func("/extent-map/packed-checked", test_packed_checked);
         return g_test_run();
 }
