@@ -237,6 +237,7 @@ static void user_clear(ExtentMap *m, ExtentUser *u) {
         while (extent_iter_next(&it, &e))
                 ref_remove(m, u, &e);
         free(u->packed);
+        m->packed_bytes -= u->packed_size;
         u->packed = NULL;
         u->packed_size = u->n_extents = 0;
         u->referenced = u->exclusive = 0;
@@ -292,6 +293,7 @@ int extent_map_set_user_packed(ExtentMap *m, uint64_t id, uint64_t generation, u
         u->packed = packed;
         u->packed_size = packed_size;
         u->n_extents = n_extents;
+        m->packed_bytes += packed_size;
         u->generation = generation;
         u->change_generation = change_generation;
         u->inodes = inodes;
@@ -307,6 +309,10 @@ void extent_map_remove_user(ExtentMap *m, uint64_t id) {
         user_clear(m, u);
         memmove(u, u + 1, (size_t) (m->users + m->n_users - (u + 1)) * sizeof(ExtentUser));
         m->n_users--;
+}
+
+size_t extent_map_memory(const ExtentMap *m) {
+        return m->n_slots * sizeof(struct ExtentSlot) + m->allocated_users * sizeof(ExtentUser) + m->packed_bytes;
 }
 
 void extent_map_done(ExtentMap *m) {

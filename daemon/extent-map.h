@@ -43,6 +43,7 @@ typedef struct ExtentMap {
         size_t n_slots, n_used;
         ExtentUser *users;          /* sorted by id */
         size_t n_users, allocated_users;
+        size_t packed_bytes;        /* of all users' packed extents */
 } ExtentMap;
 
 void extent_map_done(ExtentMap *m);
@@ -82,3 +83,6 @@ const ExtentUser *extent_map_find_user(const ExtentMap *m, uint64_t id);
 static inline size_t extent_map_size(const ExtentMap *m) {
         return m->n_used;
 }
+
+/* The memory the map holds: its table, its users and their extents. */
+size_t extent_map_memory(const ExtentMap *m);

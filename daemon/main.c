@@ -23,9 +23,9 @@ static void help(void) {
                "     --exit-idle-sec=SEC\n"
                "                   Exit after SEC seconds without bus calls (default: never);\n"
                "                   D-Bus activation starts subvold again on the next call\n"
-               "     --scan-max-extents=N\n"
-               "                   Measure filesystems without quotas only while they have at\n"
-               "                   most N data extents (default: 4194304)\n"
+               "     --scan-max-memory=BYTES\n"
+               "                   Measure a filesystem without quotas only while what the\n"
+               "                   scanner keeps of it fits in BYTES (K, M, G; default: 256M)\n"
                "     --scan-nice=N CPU priority of the scanner, -20..19 (default: 19)\n"
                "     --scan-io-class=idle|best-effort\n"
                "                   I/O class of the scanner (default: idle)\n"
@@ -37,7 +37,7 @@ static void help(void) {
 /* Returns 1 to go on, 0 to exit successfully, negative on bad usage. */
 static int parse_argv(int argc, char *argv[]) {
         enum {
-                ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC, ARG_SCAN_MAX_EXTENTS,
+                ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC, ARG_SCAN_MAX_MEMORY,
                 ARG_SCAN_NICE, ARG_SCAN_IO_CLASS,
         };
         static const struct option options[] = {
@@ -46,7 +46,7 @@ static int parse_argv(int argc, char *argv[]) {
                 { "mountinfo", no_argument, NULL, ARG_MOUNTINFO },
                 { "cache-dir", required_argument, NULL, ARG_CACHE_DIR },
                 { "exit-idle-sec", required_argument, NULL, ARG_EXIT_IDLE_SEC },
-                { "scan-max-extents", required_argument, NULL, ARG_SCAN_MAX_EXTENTS },
+                { "scan-max-memory", required_argument, NULL, ARG_SCAN_MAX_MEMORY },
                 { "scan-nice", required_argument, NULL, ARG_SCAN_NICE },
                 { "scan-io-class", required_argument, NULL, ARG_SCAN_IO_CLASS },
                 { "verbose",   no_argument, NULL, 'v'           },
@@ -81,14 +81,14 @@ static int parse_argv(int argc, char *argv[]) {
                         arg_exit_idle_usec = sec * 1000000;
                         break;
                 }
-                case ARG_SCAN_MAX_EXTENTS: {
+                case ARG_SCAN_MAX_MEMORY: {
                         uint64_t n;
 
-                        if (parse_u64(optarg, &n) < 0 || n > SIZE_MAX) {
-                                log_error("Invalid --scan-max-extents value: %s", optarg);
+                        if (parse_size(optarg, &n) < 0 || n > SIZE_MAX) {
+                                log_error("Invalid --scan-max-memory value: %s", optarg);
                                 return -EINVAL;
                         }
-                        arg_scan.max_extents = (size_t) n;
+                        arg_scan.max_memory = (size_t) n;
                         break;
                 }
                 case ARG_SCAN_NICE: {

@@ -39,7 +39,7 @@ typedef struct ScanFs {
         ScanCacheFs cached;      /* uuid and map: what the scan cache keeps */
         Failure *failures;       /* trees that could not be read: not again until they change */
         size_t n_failures, allocated_failures;
-        bool too_big;            /* past max_extents: no figures for it */
+        bool too_big;            /* past max_memory: no figures for it */
         bool seen;
         bool queued;             /* jobs made during this update */
         size_t batch;            /* trees read since the filesystem was last complete */
@@ -51,11 +51,12 @@ struct Scanner {
         int wakeup_fd;
         void (*on_results)(void *userdata);
         void *userdata;
-        size_t max_extents;
+        size_t max_memory;
         int nice;
         ScanIOClass io_class;
         char *cache_dir;
         bool unsaved;            /* figures came in since scan.cache was written */
+        bool save_failed;
 
         /* Shared with the worker, under lock. */
         pthread_t thread;
@@ -215,7 +216,7 @@ static void scanner_load(Scanner *s) {
         for (size_t i = 0; i < n; i++) {
                 ScanFs *f = NULL;
 
-                if (extent_map_size(&fss[i].map) <= s->max_extents &&
+                if (extent_map_memory(&fss[i].map) <= s->max_memory &&
                     grow_array(&s->fss, &s->allocated_fss, s->n_fss + 1, sizeof(ScanFs)) >= 0)
                         f = &s->fss[s->n_fss++];
                 if (!f) {
@@ -244,8 +245,12 @@ static void scanner_save(Scanner *s) {
                 if (!s->fss[i].too_big)
                         fss[n++] = &s->fss[i].cached;
         r = scan_cache_save(s->cache_dir, fss, n);
-        if (r < 0)
-                log_warning_errno(r, "Cannot write the scan cache in %s: %m", s->cache_dir);
+        /* One line when saving starts failing, one when it works again. */
+        if (r < 0 && !s->save_failed)
+                log_warning_errno(r, "Cannot write the scan cache in %s, going on without: %m", s->cache_dir);
+        else if (r >= 0 && s->save_failed)
+                log_info("Writing the scan cache in %s works again.", s->cache_dir);
+        s->save_failed = r < 0;
         s->unsaved = false;  /* tried: not again before new figures come */
 }
 
@@ -259,7 +264,7 @@ int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_result
         s->wakeup_fd = -1;
         s->on_results = on_results;
         s->userdata = userdata;
-        s->max_extents = options->max_extents;
+        s->max_memory = options->max_memory;
         s->nice = options->nice;
         s->io_class = options->io_class;
         pthread_mutex_init(&s->lock, NULL);
@@ -438,10 +443,11 @@ static bool scanner_take_results(Scanner *s) {
                 s->unsaved = true;
                 f->batch++;
                 f->batch_end = res->finished_mono;
-                if (extent_map_size(&f->cached.map) > s->max_extents) {
+                if (extent_map_memory(&f->cached.map) > s->max_memory) {
                         char buf[UUID_STRING_MAX];
-                        log_warning("btrfs filesystem %s has more than %zu data extents; not measuring its "
-                                    "usage (see --scan-max-extents).", uuid_format(f->cached.uuid, buf), s->max_extents);
+                        log_warning("btrfs filesystem %s needs more than %zu bytes to measure its usage (%zu data "
+                                    "extents so far); not measuring it (see --scan-max-memory).",
+                                    uuid_format(f->cached.uuid, buf), s->max_memory, extent_map_size(&f->cached.map));
                         extent_map_done(&f->cached.map);
                         f->too_big = true;
                 }

@@ -21,14 +21,14 @@ typedef enum ScanIOClass {
 } ScanIOClass;
 
 typedef struct ScannerOptions {
-        size_t max_extents;      /* a filesystem with more data extents gets no figures */
+        size_t max_memory;       /* a filesystem whose extent map needs more gets no figures */
         int nice;                /* of the worker thread, -20..19 */
         ScanIOClass io_class;
         const char *cache_dir;   /* where scan.cache lives; NULL: not persisted */
 } ScannerOptions;
 
 #define SCANNER_OPTIONS_DEFAULT \
-        ((ScannerOptions) { .max_extents = 4u << 20, .nice = 19, .io_class = SCAN_IO_IDLE })
+        ((ScannerOptions) { .max_memory = 256u << 20, .nice = 19, .io_class = SCAN_IO_IDLE })
 
 /* Starts the worker and reads the scan cache, if any.  @on_results runs
  * in the main loop when scans finished. */

@@ -94,6 +94,34 @@ void strv_uniq(char **l) {
         l[out + 1] = NULL;
 }
 
+int parse_size(const char *s, uint64_t *ret) {
+        static const char suffixes[] = "KMG";
+        _cleanup_free_ char *digits = NULL;
+        const char *unit;
+        uint64_t v, factor = 1;
+        size_t n;
+        int r;
+
+        if (!s)
+                return -EINVAL;
+        n = strlen(s);
+        unit = n > 0 ? strchr(suffixes, s[n - 1]) : NULL;
+        if (unit) {
+                factor = 1ULL << (10 * (unit - suffixes + 1));
+                n--;
+        }
+        digits = strndup(s, n);
+        if (!digits)
+                return -ENOMEM;
+        r = parse_u64(digits, &v);
+        if (r < 0)
+                return r;
+        if (v > UINT64_MAX / factor)
+                return -ERANGE;
+        *ret = v * factor;
+        return 0;
+}
+
 int parse_u64(const char *s, uint64_t *ret) {
         unsigned long long v;
         char *end;

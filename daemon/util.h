@@ -91,6 +91,8 @@ void strv_uniq(char **l);
 /* Parses a plain decimal number: digits only (no sign, no spaces), and it
  * must fit.  Returns 0, -EINVAL or -ERANGE; *ret is untouched on failure. */
 int parse_u64(const char *s, uint64_t *ret);
+/* A byte count: decimal digits and an optional K, M or G (powers of 1024). */
+int parse_size(const char *s, uint64_t *ret);
 
 /* Joins a directory and a relative part with exactly one '/' between them. */
 char *path_join(const char *a, const char *b);

@@ -400,7 +400,9 @@ fi
 		printf '\nscanner memory, measured on the %s-file subvolume and a snapshot of it (mallinfo2):\n' "$FILES"
 		awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 		       printf "  %d extents: %.1f bytes per extent (the map), %.1f bytes per subvolume referring to it\n",
-		              v["extents"], v["extent_bytes"], v["reference_bytes"] }' "$RESULTS/map.txt"
+		              v["extents"], v["extent_bytes"], v["reference_bytes"]
+		       printf "  heap used %d bytes; counted against --scan-max-memory: %d bytes\n",
+		              v["heap_bytes"], v["counted_bytes"] }' "$RESULTS/map.txt"
 	fi
 	if [ -f "$RESULTS/idle.txt" ]; then
 		printf '\nidle CPU of subvold, nothing changing (target: under 0.1%% of one core at N=1000):\n'

@@ -6,7 +6,10 @@
  * use (mallinfo2) before and after each step:
  *   per extent     the first step less the second: the map's hash table
  *   per reference  the second step: a subvolume's packed list of extents
- * Prints: extents=<n> extent_bytes=<per extent> reference_bytes=<per reference> */
+ * and what the map counts itself against --scan-max-memory
+ * (extent_map_memory()), for the two subvolumes together.
+ * Prints: extents=<n> extent_bytes=<per extent> reference_bytes=<per reference>
+ *         heap_bytes=<both steps> counted_bytes=<extent_map_memory()> */
 #include <fcntl.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -67,9 +70,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "mapbench: the snapshot does not share every extent\n");
                 return 1;
         }
-        printf("extents=%zu extent_bytes=%.1f reference_bytes=%.1f\n", n[0],
+        printf("extents=%zu extent_bytes=%.1f reference_bytes=%.1f heap_bytes=%zu counted_bytes=%zu\n", n[0],
                (double) (after_first - before - (after_second - after_first)) / (double) n[0],
-               (double) (after_second - after_first) / (double) n[0]);
+               (double) (after_second - after_first) / (double) n[0], after_second - before,
+               extent_map_memory(&map));
         extent_map_done(&map);
         close(fd);
         return 0;

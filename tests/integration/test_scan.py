@@ -524,30 +524,56 @@ class ScanTest(TestCase):
         self.assertEqual(self.trees_read(daemon, fs), ([], []))
         daemon.stop()
 
-    # ------------------------------------------------------------ limits and priorities
-
-    def test_max_extents(self):
-        """Past --scan-max-extents, one warning and no figures for that
-        filesystem: its subvolumes keep UsageSource "none"."""
+    def test_scan_cache_cannot_be_written(self):
+        """A full cache directory: the figures are right all the same, one
+        log line however many runs, no temporary file left behind."""
         fs, mnt = self.make_fs()
         subvolume_create(f"{mnt}/A")
-        for i in range(3):
-            write_random(f"{mnt}/A/f{i}", 64 * KiB)  # three extents
+        write_random(f"{mnt}/A/data", MiB)
+        cache = self.path("cache")
+        os.mkdir(cache)
+        run("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", cache)
+        self.stack.callback(run, "umount", cache, check=False)
+        subprocess.run(["dd", "if=/dev/zero", f"of={cache}/filler", "bs=4k", "count=64"], stderr=subprocess.DEVNULL)
+        daemon = self.start("--cache-dir", cache)
+        self.assert_scan_matches(fs, mnt)
+        write_random(f"{mnt}/A/more", 64 * KiB)  # a second run, a second try
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual(usage[btrfs_rootid(f"{mnt}/A")], Usage(3, MiB + 64 * KiB, MiB + 64 * KiB))
+        wait_for(lambda: len(self.trees_read(daemon, fs)[1]) >= 2, "two runs", timeout=SCAN_TIMEOUT)
+        daemon.stop()
+        self.assertEqual(daemon.log().count("Cannot write the scan cache"), 1, daemon.log())
+        self.assertFalse([f for f in os.listdir(cache) if f.startswith("scan.cache")], "file left behind")
+
+    # ------------------------------------------------------------ limits and priorities
+
+    def test_max_memory(self):
+        """Past --scan-max-memory, one warning and no figures for that
+        filesystem: its subvolumes keep UsageSource "none"; a smaller one
+        is measured as usual."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        for i in range(800):  # 800 extents: the map's table grows past 1024 slots of 32 bytes
+            write_random(f"{mnt}/A/f{i}", 4 * KiB)
         small, small_mnt = self.make_fs("small")
         subvolume_create(f"{small_mnt}/A")
         write_random(f"{small_mnt}/A/f", 64 * KiB)  # one extent
-        daemon = self.start("--scan-max-extents", "2")
+        daemon = self.start("--scan-max-memory", "40K")
         usage = self.assert_scan_matches(small, small_mnt)
         self.assertEqual(usage[btrfs_rootid(f"{small_mnt}/A")], Usage(2, 64 * KiB, 64 * KiB))
-        wait_for(lambda: f"btrfs filesystem {fs.uuid} has more than 2 data extents" in daemon.log(),
-                 "the warning", timeout=SCAN_TIMEOUT)
+        warning = f"btrfs filesystem {fs.uuid} needs more than 40960 bytes"
+        wait_for(lambda: warning in daemon.log(), "the warning", timeout=SCAN_TIMEOUT)
         self.refresh()
         published = self.published(fs)
         self.assertTrue(published)
         for props in published.values():
             self.assertEqual((props["UsageSource"], props["Inodes"]), ("none", 2**64 - 1))
-        self.assertEqual(daemon.log().count(f"btrfs filesystem {fs.uuid} has more than"), 1)
+        self.assertEqual(daemon.log().count(warning), 1)
         daemon.stop()
+        for bad in ("--scan-max-memory=1T", "--scan-max-memory=", "--scan-max-memory=-1"):
+            proc = subprocess.run([SUBVOLD, bad], env=self.bus.env, capture_output=True, timeout=60)
+            self.assertEqual(proc.returncode, 2, bad)
+            self.assertIn(b"Invalid --scan-max-memory", proc.stderr)
 
     def scanner_thread(self, daemon):
         for tid in os.listdir(f"/proc/{daemon.proc.pid}/task"):

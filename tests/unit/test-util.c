@@ -49,6 +49,28 @@ static void test_path_join(void) {
         free(s);
 }
 
+static void test_parse_size(void) {
+        uint64_t v;
+
+        g_assert_cmpint(parse_size("0", &v), ==, 0);
+        g_assert_cmpuint(v, ==, 0);
+        g_assert_cmpint(parse_size("4096", &v), ==, 0);
+        g_assert_cmpuint(v, ==, 4096);
+        g_assert_cmpint(parse_size("64K", &v), ==, 0);
+        g_assert_cmpuint(v, ==, 64 << 10);
+        g_assert_cmpint(parse_size("256M", &v), ==, 0);
+        g_assert_cmpuint(v, ==, 256ULL << 20);
+        g_assert_cmpint(parse_size("3G", &v), ==, 0);
+        g_assert_cmpuint(v, ==, 3ULL << 30);
+        g_assert_cmpint(parse_size("17179869184G", &v), ==, -ERANGE);
+        g_assert_cmpint(parse_size("M", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_size("", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_size("1MB", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_size("1m", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_size("-1K", &v), ==, -EINVAL);
+        g_assert_cmpint(parse_size(NULL, &v), ==, -EINVAL);
+}
+
 static void test_parse_u64(void) {
         uint64_t v = 7;
 
@@ -72,5 +94,6 @@ int main(int argc, char *argv[]) {
         g_test_add_func("/util/strv", test_strv);
         g_test_add_func("/util/path-join", test_path_join);
         g_test_add_func("/util/parse-u64", test_parse_u64);
+        g_test_add_func("/util/parse-size", test_parse_size);
         return g_test_run();
 }
