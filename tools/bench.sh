@@ -393,8 +393,9 @@ fi
 	}' "$SCAN_TSV"
 	printf '\ntargets (the issue sets them at 1,000 subvolumes and at 100,000 files):\n'
 	awk -F'\t' 'NR > 1 {
-		printf "  %-16s full scan %.2fx fi du %-6s  rescan %.2f%% of it %-6s  Get p99 %.2f ms %s\n", $1 ":",
-		       $5, $5 <= 0.25 ? "met" : "MISSED", $13, $13 < 2 ? "met" : "MISSED", $7 / 1000, $7 < 5000 ? "met" : "MISSED"
+		rescan = $1 ~ /files/ ? "(no target: the subvolume is read whole again)" : $13 < 2 ? "met" : "MISSED"
+		printf "  %-17s full scan %.2fx fi du %-6s  Get p99 %.2f ms %-6s  rescan %.2f%% of it %s\n", $1 ":",
+		       $5, $5 <= 0.25 ? "met" : "MISSED", $7 / 1000, $7 < 5000 ? "met" : "MISSED", $13, rescan
 	}' "$SCAN_TSV"
 	if [ -f "$RESULTS/map.txt" ]; then
 		printf '\nscanner memory, measured on the %s-file subvolume and a snapshot of it (mallinfo2):\n' "$FILES"

@@ -38,13 +38,23 @@ M=$WORK/mnt
 	btrfs subvolume create "$M/@home/alice"          # nested
 	btrfs subvolume create "$M/@srv"
 	btrfs subvolume create "$M/@srv/photos 2026"     # a space in the name
+	# Some data (random, so it does not compress or dedupe): 4 MiB in
+	# @home, then half of it replaced after the snapshots, so that they
+	# hold data of their own.
+	head -c 2M /dev/urandom >"$M/@home/a.bin"
+	head -c 2M /dev/urandom >"$M/@home/b.bin"
+	head -c 3M /dev/urandom >"$M/@srv/photos 2026/img.raw"
+	cp --reflink=always "$M/@srv/photos 2026/img.raw" "$M/@srv/img-copy.raw"  # shared across subvolumes
 	mkdir "$M/.snapshots"
 	btrfs subvolume snapshot -r "$M/@home" "$M/.snapshots/home-monday"
 	btrfs subvolume snapshot "$M/@home" "$M/.snapshots/home-scratch"
+	head -c 2M /dev/urandom >"$M/@home/b.bin"
 	btrfs subvolume create "$M/@old"
+	head -c 1M /dev/urandom >"$M/@old/only-in-old"
 	btrfs subvolume snapshot -r "$M/@old" "$M/.snapshots/old-final"
 	btrfs subvolume delete -c "$M/@old"               # the source is gone
 	btrfs subvolume sync "$M"
+	sync
 } >/dev/null
 mount -o subvol=@home "$LOOP" "$WORK/home"        # a second mount, of one subvolume
 
@@ -73,7 +83,15 @@ for _ in $(seq 200); do busctl --system status org.subvold.Subvold1 >/dev/null 2
 B=org.subvold.Subvold1
 FS=$(busctl --system --json=short call $B /org/subvold/Subvold1 org.subvold.Subvold1.Manager \
 	GetSubvolumeByPath s "$M" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0].rsplit("/",1)[0])')
+# Quotas are off: subvold's scanner measures each subvolume (published
+# within a second); wait for it so that the usage below is filled in.
+for _ in $(seq 100); do
+	[ "$(busctl --system get-property $B "$FS" org.subvold.Subvold1.Filesystem ScanProgress)" = "d 1" ] && break
+	sleep 0.1
+done
 show btrfs subvolume list -p -u -q "$M"
+show "$BUILD/daemon/subvolctl" list
+show btrfs filesystem du -s "$M/@home" "$M/@srv" "$M/@srv/photos 2026" "$M"/.snapshots/*
 show busctl --system tree $B
 show busctl --system introspect $B "$FS/5"
 show busctl --system call $B /org/subvold/Subvold1 org.subvold.Subvold1.Manager GetSubvolumeByPath s "$WORK/home/alice/notes.txt"
