@@ -91,18 +91,21 @@ static bool jobs_empty(const Scanner *s) {
 
 /* ---- the worker ---- */
 
-static void worker_lower_priority(const Scanner *s) {
-        /* By default the idle I/O class and nice 19: scanning yields to
-         * everything else.  Both apply to this thread only. */
+/* Names the thread and sets its priorities: by default the idle I/O
+ * class and nice 19, so that scanning yields to everything else.  Both
+ * apply to this thread only. */
+static void worker_set_up(const Scanner *s) {
         enum { IOPRIO_WHO_PROCESS = 1, IOPRIO_CLASS_BE = 2, IOPRIO_CLASS_IDLE = 3, IOPRIO_CLASS_SHIFT = 13 };
         int ioprio = s->io_class == SCAN_IO_IDLE ? IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT
                                                  : IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT | 7;
 
         (void) pthread_setname_np(pthread_self(), "subvold-scan");
+        /* Lowering always works; raising (--scan-nice below 0) needs
+         * CAP_SYS_NICE. */
         if (syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, ioprio) < 0)
-                log_debug_errno(errno, "Cannot set the scanner's I/O priority: %m");
+                log_warning_errno(errno, "Cannot set the scanner's I/O priority: %m");
         if (setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), s->nice) < 0)
-                log_debug_errno(errno, "Cannot set the scanner's CPU priority: %m");
+                log_warning_errno(errno, "Cannot set the scanner's CPU priority to %d: %m", s->nice);
 }
 
 /* Reads one tree.  *fd is kept open across a run of jobs on the same
@@ -131,7 +134,7 @@ static void *worker(void *userdata) {
         uint8_t fd_uuid[16] = {};
         uint64_t fd_mount = 0, one = 1;
 
-        worker_lower_priority(s);
+        worker_set_up(s);
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 Result res = {};

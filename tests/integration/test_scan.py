@@ -602,6 +602,13 @@ class ScanTest(TestCase):
         daemon = self.start("--scan-nice=5", "--scan-io-class=best-effort")
         self.assertEqual(self.priorities(self.scanner_thread(daemon)), (5, IOPRIO_CLASS_BE, 7))
         daemon.stop()
+        # Raising the priority needs CAP_SYS_NICE: without it, a warning,
+        # and subvold goes on at the priority it has.
+        daemon = Daemon(self, self.bus, "--scan-nice=-5", wrapper=("setpriv", "--bounding-set", "-sys_nice", "--"))
+        tid = self.scanner_thread(daemon)
+        wait_for(lambda: "Cannot set the scanner's CPU priority to -5" in daemon.log(), "the warning", timeout=60)
+        self.assertEqual(self.priorities(tid)[0], 0)
+        daemon.stop()
         for bad in ("--scan-nice=20", "--scan-nice=-21", "--scan-nice=x", "--scan-io-class=realtime"):
             proc = subprocess.run([SUBVOLD, bad], env=self.bus.env, capture_output=True, timeout=60)
             self.assertEqual(proc.returncode, 2, bad)
