@@ -31,6 +31,12 @@ typedef struct Result {
         uint64_t finished_mono;  /* CLOCK_MONOTONIC */
 } Result;
 
+/* New work, gathered without the lock and handed over at once. */
+typedef struct JobList {
+        Job *jobs;
+        size_t n, allocated;
+} JobList;
+
 typedef struct Failure {
         uint64_t id, generation, change_generation;
 } Failure;
@@ -41,7 +47,7 @@ typedef struct ScanFs {
         size_t n_failures, allocated_failures;
         bool too_big;            /* past max_memory: no figures for it */
         bool seen;
-        bool queued;             /* jobs made during this update */
+        bool queued;             /* jobs made, not handed over yet */
         size_t batch;            /* trees read since the filesystem was last complete */
         uint64_t batch_start, batch_end;  /* CLOCK_MONOTONIC µs: first queued, last read */
 } ScanFs;
@@ -56,6 +62,12 @@ struct Scanner {
         ScanIOClass io_class;
         char *cache_dir;
         bool unsaved;            /* figures came in since scan.cache was written */
+        /* The jobs of the last update, handed to the worker in the next
+         * event loop iteration, once the refresh that made them is over:
+         * the worker does not compete with it for a CPU and for the
+         * mount table. */
+        JobList ready;
+        sd_event_source *hand_off;
         bool save_failed;
 
         /* Shared with the worker, under lock. */
@@ -199,6 +211,9 @@ static int on_wakeup(sd_event_source *source, int fd, uint32_t revents, void *us
         return 0;
 }
 
+static void job_list_done(JobList *l);
+static int on_hand_off(sd_event_source *source, void *userdata);
+
 static void scanner_load(Scanner *s) {
         ScanCacheFs *fss;
         size_t n, users = 0;
@@ -288,6 +303,11 @@ int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_result
         r = sd_event_add_io(event, &s->wakeup, s->wakeup_fd, EPOLLIN, on_wakeup, s);
         if (r < 0)
                 goto fail;
+        r = sd_event_add_defer(event, &s->hand_off, on_hand_off, s);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->hand_off, SD_EVENT_OFF);
+        if (r < 0)
+                goto fail;
         r = -pthread_create(&s->thread, NULL, worker, s);
         if (r < 0)
                 goto fail;
@@ -322,6 +342,8 @@ Scanner *scanner_free(Scanner *s) {
                 free(s->fss[i].failures);
         }
         free(s->cache_dir);
+        job_list_done(&s->ready);
+        sd_event_source_disable_unref(s->hand_off);
         free(s->jobs);
         free(s->results);
         free(s->fss);
@@ -475,12 +497,6 @@ static bool failed_before(const ScanFs *f, const Subvolume *sv) {
         return false;
 }
 
-/* New work, gathered without the lock and handed over at once. */
-typedef struct JobList {
-        Job *jobs;
-        size_t n, allocated;
-} JobList;
-
 static void job_list_done(JobList *l) {
         for (size_t i = 0; i < l->n; i++)
                 free(l->jobs[i].point);
@@ -522,10 +538,40 @@ static void jobs_submit(Scanner *s, JobList *l) {
         pthread_cond_signal(&s->more);
 }
 
-bool scanner_update(Scanner *s, Model *model) {
-        bool changed = scanner_take_results(s), run_done = false;
-        JobList new = {};
+/* Hands the jobs of the last update to the worker. */
+static void scanner_hand_off(Scanner *s) {
         uint64_t now;
+
+        if (s->ready.n == 0)
+                return;
+        pthread_mutex_lock(&s->lock);
+        now = clock_usec(CLOCK_MONOTONIC);
+        jobs_submit(s, &s->ready);
+        pthread_mutex_unlock(&s->lock);
+        job_list_done(&s->ready);  /* what could not be handed over is queued again by the next update */
+        s->ready = (JobList) {};
+        /* A run starts when its first trees are handed to the worker. */
+        for (size_t i = 0; i < s->n_fss; i++) {
+                ScanFs *f = &s->fss[i];
+                if (f->queued && f->batch == 0 && f->batch_start == 0)
+                        f->batch_start = now;
+                f->queued = false;
+        }
+}
+
+static int on_hand_off(sd_event_source *source, void *userdata) {
+        scanner_hand_off(userdata);
+        return 0;
+}
+
+bool scanner_update(Scanner *s, Model *model) {
+        bool changed, run_done = false;
+        JobList new = {};
+
+        /* Anything the last update made goes first, so that nothing is
+         * made twice. */
+        scanner_hand_off(s);
+        changed = scanner_take_results(s);
 
         for (size_t i = 0; i < s->n_fss; i++)
                 s->fss[i].seen = false;
@@ -584,7 +630,7 @@ bool scanner_update(Scanner *s, Model *model) {
                 fs->scan_progress = fs->n_subvolumes ? (double) done / (double) fs->n_subvolumes : 1.0;
                 if (done == fs->n_subvolumes && f->batch > 0) {
                         char buf[UUID_STRING_MAX];
-                        log_info("Measured the usage of %zu subvolume(s) of %s in %.1f ms.", f->batch,
+                        log_info("Measured the usage of %zu subvolume(s) of %s in %.2f ms.", f->batch,
                                  uuid_format(fs->uuid, buf), (double) (f->batch_end - f->batch_start) / 1000);
                         f->batch = 0;
                         f->batch_start = 0;
@@ -595,8 +641,6 @@ bool scanner_update(Scanner *s, Model *model) {
                 }
         }
         pthread_mutex_lock(&s->lock);
-        now = clock_usec(CLOCK_MONOTONIC);
-        jobs_submit(s, &new);
         /* Filesystems that went away (or turned quotas on). */
         for (size_t i = s->n_fss; i-- > 0;) {
                 if (s->fss[i].seen)
@@ -607,14 +651,9 @@ bool scanner_update(Scanner *s, Model *model) {
                 s->fss[i] = s->fss[--s->n_fss];
         }
         pthread_mutex_unlock(&s->lock);
-        job_list_done(&new);
-        /* A run starts when its first trees are handed to the worker. */
-        for (size_t i = 0; i < s->n_fss; i++) {
-                ScanFs *f = &s->fss[i];
-                if (f->queued && f->batch == 0 && f->batch_start == 0)
-                        f->batch_start = now;
-                f->queued = false;
-        }
+        s->ready = new;
+        if (s->ready.n > 0 && sd_event_source_set_enabled(s->hand_off, SD_EVENT_ONESHOT) < 0)
+                scanner_hand_off(s);
         /* Written when a filesystem is complete, not after every tree. */
         if (run_done)
                 scanner_save(s);

@@ -38,9 +38,11 @@ int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_result
 Scanner *scanner_free(Scanner *s);
 
 /* Takes in what finished, then brings the scanner in line with @model:
- * queues the subvolumes of quota-less filesystems whose trees changed,
- * forgets deleted subvolumes and vanished filesystems, and writes the
- * figures it has into @model (UsageSource "scan") with each filesystem's
- * scan progress.  Call on every new model, before publishing it.  Returns
- * whether new figures came in. */
+ * queues the subvolumes of quota-less filesystems whose trees changed
+ * (handed to the worker from the next event loop iteration, once the
+ * refresh that called this is over), forgets deleted subvolumes and
+ * vanished filesystems, and writes the figures it has into @model
+ * (UsageSource "scan") with each filesystem's scan progress.  Call on
+ * every new model, before publishing it.  Returns whether new figures
+ * came in. */
 bool scanner_update(Scanner *s, Model *model);
