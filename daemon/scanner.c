@@ -49,7 +49,7 @@ typedef struct ScanFs {
         bool seen;
         bool queued;             /* jobs made, not handed over yet */
         size_t batch;            /* trees read since the filesystem was last complete */
-        uint64_t batch_start, batch_end;  /* CLOCK_MONOTONIC µs: first queued, last read */
+        uint64_t batch_start, batch_end;  /* CLOCK_MONOTONIC µs: first handed over, last read */
 } ScanFs;
 
 struct Scanner {
@@ -62,13 +62,13 @@ struct Scanner {
         ScanIOClass io_class;
         char *cache_dir;
         bool unsaved;            /* figures came in since scan.cache was written */
+        bool save_failed;
         /* The jobs of the last update, handed to the worker in the next
          * event loop iteration, once the refresh that made them is over:
          * the worker does not compete with it for a CPU and for the
          * mount table. */
         JobList ready;
         sd_event_source *hand_off;
-        bool save_failed;
 
         /* Shared with the worker, under lock. */
         pthread_t thread;
