@@ -175,10 +175,6 @@ int btrfs_read_statfs(int fd, StatfsInfo *ret) {
         return 0;
 }
 
-/* Calls @item for every item of tree @tree_id between the two keys, in
- * leaves written in transaction @min_transid or later.  The key space is
- * one 136-bit range, so items of other types between the two objectids
- * come too: @item filters. */
 /* 64 KiB: larger buffers made searches slower, not faster (the kernel
  * faults in the whole rest of the buffer for every leaf it copies). */
 enum { SEARCH_BUF_SIZE = 64 * 1024 };
@@ -197,8 +193,11 @@ void btrfs_search_buffer_done(TreeSearchBuffer *b) {
         *b = (TreeSearchBuffer) {};
 }
 
-/* Calls @item for each item in the key range, in key order.  @buf may be
- * NULL: a buffer is allocated for this search alone. */
+/* Calls @item for every item of tree @tree_id between the two keys, in
+ * key order, in leaves written in transaction @min_transid or later.  The
+ * key space is one 136-bit range, so items of other types between the two
+ * objectids come too: @item filters.  @buf may be NULL: a buffer is
+ * allocated for this search alone. */
 static int btrfs_tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, uint64_t min_objectid,
                              uint64_t max_objectid, uint32_t min_type, uint32_t max_type, uint64_t min_transid,
                              int (*item)(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata),

@@ -45,8 +45,14 @@ class DaemonTest(TestCase):
 
     def test_command_line(self):
         out = run(SUBVOLD, "--help").decode()
-        for option in ("--help", "--version", "--mountinfo"):
-            self.assertIn(option, out)
+        with open(os.path.join(SOURCE_DIR, "daemon", "man", "subvold.8")) as f:
+            man = f.read().replace("\\-", "-")
+        # Every option is in the help and in the man page.
+        options = re.findall(r"^\s+(?:-\w )?(--[\w-]+)", out, re.M)
+        self.assertEqual(set(re.findall(r"^\.B[IR]? (--[\w-]+)", man.replace(", --", "\n.B --"), re.M)), set(options))
+        for option in ("--help", "--version", "--mountinfo", "--cache-dir", "--exit-idle-sec", "--scan-max-memory",
+                       "--scan-nice", "--scan-io-class", "--verbose"):
+            self.assertIn(option, options)
         self.assertRegex(run(SUBVOLD, "--version").decode(), r"^subvold \d+\.\d+")
         p = subprocess.run([SUBVOLD, "--no-such-option"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.assertEqual(p.returncode, 2)
