@@ -190,3 +190,22 @@ fail:
         free(b.data);
         return r;
 }
+
+void cache_file_log_load_error(const char *what, const char *dir, int r) {
+        if (r == -ENOENT || r >= 0)
+                return;
+        if (r == -EPROTONOSUPPORT)
+                log_info("Ignoring the %s cache in %s: it was written by another version.", what, dir);
+        else if (r == -EBADMSG)
+                log_warning("Ignoring the %s cache in %s: it is truncated or corrupted.", what, dir);
+        else
+                log_warning_errno(r, "Ignoring the %s cache in %s: %m", what, dir);
+}
+
+bool cache_file_log_write(const char *what, const char *dir, int r, bool failed_before) {
+        if (r < 0 && !failed_before)
+                log_warning_errno(r, "Cannot write the %s cache in %s, going on without: %m", what, dir);
+        else if (r >= 0 && failed_before)
+                log_info("Writing the %s cache in %s works again.", what, dir);
+        return r < 0;
+}

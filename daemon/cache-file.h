@@ -50,3 +50,12 @@ int cache_file_write(const char *dir, const char *name, CacheBuffer *b);
  * corrupted or foreign file, or another negative errno. */
 int cache_file_read(const char *dir, const char *name, const char magic[8], uint32_t version, CacheBuffer *ret,
                     uint32_t *ret_count);
+
+/* Says, in one line, why the @what cache in @dir is ignored: @r from a
+ * load built on cache_file_read().  Nothing for -ENOENT (no cache yet). */
+void cache_file_log_load_error(const char *what, const char *dir, int r);
+
+/* One line when writing the @what cache starts failing (@r < 0 after a
+ * success, or first), one when it works again; nothing otherwise.
+ * Returns whether this write failed, to pass back as @failed_before. */
+bool cache_file_log_write(const char *what, const char *dir, int r, bool failed_before);

@@ -7,6 +7,7 @@
 #include "bus-manager.h"
 #include "bus-objects.h"
 #include "bus-util.h"
+#include "cache-file.h"
 #include "discover.h"
 #include "usage-cache.h"
 #include "manager.h"
@@ -76,13 +77,8 @@ static void manager_save_cache(Manager *m) {
         if (!m->cache_dir)
                 return;
         r = usage_cache_save(m->cache_dir, m->model);
-        /* One line when saving starts failing and one when it works again,
-         * not one per refresh. */
-        if (r < 0 && !m->cache_write_failed)
-                log_warning_errno(r, "Cannot write the usage cache in %s, going on without: %m", m->cache_dir);
-        else if (r >= 0 && m->cache_write_failed)
-                log_info("Writing the usage cache in %s works again.", m->cache_dir);
-        m->cache_write_failed = r < 0;
+        /* Not one line per refresh. */
+        m->cache_write_failed = cache_file_log_write("usage", m->cache_dir, r, m->cache_write_failed);
 }
 
 static int on_refresh_timer(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -157,12 +153,7 @@ static int manager_load(Manager *m) {
 
         if (m->cache_dir) {
                 r = usage_cache_load(m->cache_dir, &cached);
-                if (r == -EPROTONOSUPPORT)
-                        log_info("Ignoring the usage cache in %s: it was written by another version.", m->cache_dir);
-                else if (r == -EBADMSG)
-                        log_warning("Ignoring the usage cache in %s: it is truncated or corrupted.", m->cache_dir);
-                else if (r < 0 && r != -ENOENT)
-                        log_warning_errno(r, "Ignoring the usage cache in %s: %m", m->cache_dir);
+                cache_file_log_load_error("usage", m->cache_dir, r);
         }
         m->model = TAKE_PTR(cached);
         r = manager_refresh(m);

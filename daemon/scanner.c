@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
+#include "cache-file.h"
 #include "extent-map.h"
 #include "fs-btrfs.h"
 #include "scan-cache.h"
@@ -220,15 +221,8 @@ static void scanner_load(Scanner *s) {
         int r;
 
         r = scan_cache_load(s->cache_dir, &fss, &n);
-        if (r == -ENOENT)
-                return;
         if (r < 0) {
-                if (r == -EPROTONOSUPPORT)
-                        log_info("Ignoring the scan cache in %s: it was written by another version.", s->cache_dir);
-                else if (r == -EBADMSG)
-                        log_warning("Ignoring the scan cache in %s: it is truncated or corrupted.", s->cache_dir);
-                else
-                        log_warning_errno(r, "Ignoring the scan cache in %s: %m", s->cache_dir);
+                cache_file_log_load_error("scan", s->cache_dir, r);
                 return;
         }
         for (size_t i = 0; i < n; i++) {
@@ -263,12 +257,7 @@ static void scanner_save(Scanner *s) {
                 if (!s->fss[i].too_big)
                         fss[n++] = &s->fss[i].cached;
         r = scan_cache_save(s->cache_dir, fss, n);
-        /* One line when saving starts failing, one when it works again. */
-        if (r < 0 && !s->save_failed)
-                log_warning_errno(r, "Cannot write the scan cache in %s, going on without: %m", s->cache_dir);
-        else if (r >= 0 && s->save_failed)
-                log_info("Writing the scan cache in %s works again.", s->cache_dir);
-        s->save_failed = r < 0;
+        s->save_failed = cache_file_log_write("scan", s->cache_dir, r, s->save_failed);
         s->unsaved = false;  /* tried: not again before new figures come */
 }
 
