@@ -142,15 +142,24 @@ static bool packed_valid(const uint8_t *packed, size_t size, size_t n) {
 
 /* ---- the map ---- */
 
-static int cmp_user(const void *a, const void *b) {
-        uint64_t x = ((const ExtentUser *) a)->id, y = ((const ExtentUser *) b)->id;
-        return x < y ? -1 : x > y;
+/* Where user @id is, or would be inserted: users are sorted by id. */
+static size_t user_index(const ExtentMap *m, uint64_t id) {
+        size_t lo = 0, hi = m->n_users;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (m->users[mid].id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
 }
 
 const ExtentUser *extent_map_find_user(const ExtentMap *m, uint64_t id) {
-        ExtentUser key = { .id = id };
+        size_t i = user_index(m, id);
 
-        return m->n_users ? bsearch(&key, m->users, m->n_users, sizeof(ExtentUser), cmp_user) : NULL;
+        return i < m->n_users && m->users[i].id == id ? &m->users[i] : NULL;
 }
 
 static ExtentUser *find_user(ExtentMap *m, uint64_t id) {
@@ -207,26 +216,18 @@ static void ref_remove(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
 }
 
 static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
-        ExtentUser *u = find_user(m, id);
+        size_t i = user_index(m, id);
 
-        if (u)
-                return u;
+        if (i < m->n_users && m->users[i].id == id)
+                return &m->users[i];
         if (grow_array(&m->users, &m->allocated_users, m->n_users + 1, sizeof(ExtentUser)) < 0)
                 return NULL;
-        /* Kept sorted by insertion; ids mostly come in ascending order,
-         * so this rarely moves anything. */
-        size_t lo = 0, hi = m->n_users;
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (m->users[mid].id < id)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        memmove(m->users + lo + 1, m->users + lo, (m->n_users - lo) * sizeof(ExtentUser));
+        /* Inserted in place; ids mostly come in ascending order, so this
+         * rarely moves anything. */
+        memmove(m->users + i + 1, m->users + i, (m->n_users - i) * sizeof(ExtentUser));
         m->n_users++;
-        m->users[lo] = (ExtentUser) { .id = id };
-        return &m->users[lo];
+        m->users[i] = (ExtentUser) { .id = id };
+        return &m->users[i];
 }
 
 /* Takes back every reference of @u. */
@@ -243,32 +244,14 @@ static void user_clear(ExtentMap *m, ExtentUser *u) {
         u->referenced = u->exclusive = 0;
 }
 
-int extent_map_set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
-                        uint64_t inodes, uint64_t scanned_usec, DataExtent *extents, size_t n_extents) {
-        uint8_t *packed;
-        size_t size;
-        int r;
-
-        r = pack(extents, n_extents, &packed, &size);
-        free(extents);
-        if (r < 0)
-                return r;
-        return extent_map_set_user_packed(m, id, generation, change_generation, inodes, scanned_usec, packed, size,
-                                          n_extents);
-}
-
-int extent_map_set_user_packed(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
-                               uint64_t inodes, uint64_t scanned_usec, uint8_t *packed, size_t packed_size,
-                               size_t n_extents) {
+/* extent_map_set_user_packed() with @packed known to be valid. */
+static int set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation, uint64_t inodes,
+                    uint64_t scanned_usec, uint8_t *packed, size_t packed_size, size_t n_extents) {
         ExtentUser *u;
         ExtentIter it = { .p = packed, .end = packed + packed_size };
         DataExtent e;
         int r;
 
-        if (!packed_valid(packed, packed_size, n_extents)) {
-                free(packed);
-                return -EBADMSG;
-        }
         u = user_get(m, id);
         if (!u) {
                 free(packed);
@@ -299,6 +282,30 @@ int extent_map_set_user_packed(ExtentMap *m, uint64_t id, uint64_t generation, u
         u->inodes = inodes;
         u->scanned_usec = scanned_usec;
         return 0;
+}
+
+int extent_map_set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
+                        uint64_t inodes, uint64_t scanned_usec, DataExtent *extents, size_t n_extents) {
+        uint8_t *packed;
+        size_t size;
+        int r;
+
+        r = pack(extents, n_extents, &packed, &size);
+        free(extents);
+        if (r < 0)
+                return r;
+        /* Packed here: no need to check it. */
+        return set_user(m, id, generation, change_generation, inodes, scanned_usec, packed, size, n_extents);
+}
+
+int extent_map_set_user_packed(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t change_generation,
+                               uint64_t inodes, uint64_t scanned_usec, uint8_t *packed, size_t packed_size,
+                               size_t n_extents) {
+        if (!packed_valid(packed, packed_size, n_extents)) {
+                free(packed);
+                return -EBADMSG;
+        }
+        return set_user(m, id, generation, change_generation, inodes, scanned_usec, packed, packed_size, n_extents);
 }
 
 void extent_map_remove_user(ExtentMap *m, uint64_t id) {
