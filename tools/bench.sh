@@ -254,15 +254,14 @@ for N in "${NS[@]}"; do
 	# Quotas are off: let the scanner's first run finish and be published
 	# (at most one refresh a second), so that it does not run under the
 	# measurements below.
-	until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 \
-		"/org/subvold/Subvold1/fs/$(btrfs filesystem show "$MNT" | sed -n 's/.*uuid: \([0-9a-f-]*\).*/\1/p' | tr -d -)" \
+	fs=$(fs_object "$MNT")
+	until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 "$fs" \
 		org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
 	sleep 1.5
 
-	uuid=$(btrfs filesystem show "$MNT" | sed -n 's/.*uuid: \([0-9a-f-]*\).*/\1/p' | tr -d -)
 	# A subvolume from the middle, so no first/last shortcut flatters Get.
 	id=$(btrfs inspect-internal rootid "$MNT/vol/v$(printf %06d $(( (N - N / 5 + 1) / 2 )))")
-	object=/org/subvold/Subvold1/fs/$uuid/$id
+	object=$fs/$id
 
 	# CPU time per GetManagedObjects, split between subvold (building the
 	# reply) and dbus-daemon (validating and relaying it).

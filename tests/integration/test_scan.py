@@ -570,10 +570,15 @@ class ScanTest(TestCase):
             self.assertEqual((props["UsageSource"], props["Inodes"]), ("none", 2**64 - 1))
         self.assertEqual(daemon.log().count(warning), 1)
         daemon.stop()
-        for bad in ("--scan-max-memory=1T", "--scan-max-memory=", "--scan-max-memory=-1"):
+        self.assert_refused("--scan-max-memory=1T", "--scan-max-memory=", "--scan-max-memory=-1")
+
+    def assert_refused(self, *options):
+        """Each option=value is refused at start: exit status 2 and a line
+        naming the option."""
+        for bad in options:
             proc = subprocess.run([SUBVOLD, bad], env=self.bus.env, capture_output=True, timeout=60)
             self.assertEqual(proc.returncode, 2, bad)
-            self.assertIn(b"Invalid --scan-max-memory", proc.stderr)
+            self.assertIn(f"Invalid {bad.split('=')[0]} value".encode(), proc.stderr)
 
     def scanner_thread(self, daemon):
         for tid in os.listdir(f"/proc/{daemon.proc.pid}/task"):
@@ -609,10 +614,7 @@ class ScanTest(TestCase):
         wait_for(lambda: "Cannot set the scanner's CPU priority to -5" in daemon.log(), "the warning", timeout=60)
         self.assertEqual(self.priorities(tid)[0], 0)
         daemon.stop()
-        for bad in ("--scan-nice=20", "--scan-nice=-21", "--scan-nice=x", "--scan-io-class=realtime"):
-            proc = subprocess.run([SUBVOLD, bad], env=self.bus.env, capture_output=True, timeout=60)
-            self.assertEqual(proc.returncode, 2, bad)
-            self.assertIn(b"Invalid", proc.stderr)
+        self.assert_refused("--scan-nice=20", "--scan-nice=-21", "--scan-nice=x", "--scan-io-class=realtime")
 
     # ------------------------------------------------------------ many subvolumes, changing under the scan
 
