@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <inttypes.h>
+#include <limits.h>
 
 #include "bus-manager.h"
 #include "bus-objects.h"
@@ -13,12 +14,31 @@ static int reply_subvolume(sd_bus_message *message, const Subvolume *sv) {
         return sd_bus_reply_method_return(message, "o", bus_subvolume_path(sv, buf));
 }
 
+/* The fsid of the filesystem mounted as @mount_id, read through that mount
+ * now (the table may be a refresh old, and mountinfo ids are reused). */
+static int mount_fsid(const Model *model, uint64_t mount_id, uint8_t ret[16]) {
+        _cleanup_close_ int fd = -1;
+        Filesystem *fs = NULL;
+        const Mount *mount = model_find_mount(model, mount_id, &fs);
+        int r;
+
+        if (!mount || !fs)
+                return -ENOENT;
+        r = btrfs_open_mount(mount, model->mounts.source, &fd);
+        if (r < 0)
+                return r;
+        return btrfs_read_fsid(fd, ret);
+}
+
 /* The subvolume holding the file behind the fd in @message's first
- * argument; sets a named error otherwise. */
+ * argument; sets a named error otherwise.  The filesystem is matched by
+ * its full fsid, which the fd itself tells, so that a filesystem made to
+ * look alike (same f_fsid fold, same subvolume id) is never taken for
+ * another. */
 static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_fd, const Subvolume **ret,
                                   sd_bus_error *error) {
-        uint64_t id, folded;
-        dev_t dev = 0;
+        const Filesystem *fs;
+        FdIdentity id = {};
         int fd, r;
 
         r = sd_bus_message_read(message, "h", &fd);
@@ -26,8 +46,8 @@ static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_
                 return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                         "The call carries no usable file descriptor.");
 
-        r = btrfs_identify_fd(fd, &id, &folded, &dev);
-        if (r == -ENOENT && !model_is_btrfs_device(m->model, dev))
+        r = btrfs_identify_fd(fd, m->model->mounts.source == MOUNT_SOURCE_LISTMOUNT, &id);
+        if (r == -ENOENT && !model_is_btrfs_device(m->model, id.dev))
                 r = -EMEDIUMTYPE;
         if (r == -EMEDIUMTYPE)
                 return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_BTRFS,
@@ -40,25 +60,23 @@ static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_
         if (r < 0)
                 return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                          "Cannot inspect the file descriptor: %s", strerror(-r));
-
-        /* The fd may come from another mount namespace, so match it by what
-         * statfs() reports rather than by mount. */
-        for (size_t i = 0; i < m->model->n_filesystems; i++) {
-                const Filesystem *fs = m->model->filesystems[i];
-
-                if (btrfs_fold_fsid(fs->uuid, id) != folded)
-                        continue;
-                *ret = filesystem_find_subvolume(fs, id);
-                if (!*ret)
-                        return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
-                                                 "Subvolume %" PRIu64 " is not in subvold's model yet; "
-                                                 "call Refresh() or try again later.", id);
-                *ret_fd = fd;
-                return 0;
-        }
-        return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
-                                "The file is on a btrfs filesystem that is not mounted in subvold's "
-                                "mount namespace.");
+        if (!id.have_fsid && mount_fsid(m->model, id.mount_id, id.fsid) < 0)
+                return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
+                                        "The file descriptor refers to a FIFO, socket, device node or symbolic "
+                                        "link on a mount that subvold cannot see; pass a file descriptor of a "
+                                        "regular file or directory instead.");
+        fs = model_find_filesystem(m->model, id.fsid);
+        if (!fs)
+                return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
+                                        "The file is on a btrfs filesystem that is not mounted in subvold's "
+                                        "mount namespace.");
+        *ret = filesystem_find_subvolume(fs, id.subvolume_id);
+        if (!*ret)
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
+                                         "Subvolume %" PRIu64 " is not in subvold's model yet; "
+                                         "call Refresh() or try again later.", id.subvolume_id);
+        *ret_fd = fd;
+        return 0;
 }
 
 static int method_get_subvolume_by_fd(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -106,6 +124,12 @@ static int method_get_subvolume_by_path(sd_bus_message *message, void *userdata,
         r = sd_bus_message_read(message, "s", &path);
         if (r < 0)
                 return r;
+        /* Refused before any work: resolving is linear in the length, but
+         * the bus allows strings of megabytes. */
+        if (strlen(path) >= PATH_MAX)
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                         "The path is %zu bytes long, longer than PATH_MAX (%d).", strlen(path),
+                                         PATH_MAX);
 
         switch (model_resolve_path(m->model, path, &sv)) {
         case RESOLVE_OK:

@@ -3,10 +3,6 @@
 #include "fs-btrfs.h"
 #include "util.h"
 
-/* Subvolumes can be created or deleted while we walk them; libbtrfsutil
- * then fails the iteration, and a new walk sees a consistent tree. */
-#define READ_ATTEMPTS 3
-
 /* Whether @prev's usage of @fs can be served without asking the kernel:
  * the filesystem has not moved since the usage was read, the figures are
  * from a committed transaction, and every subvolume is the same. */
@@ -55,24 +51,20 @@ static int discover_usage(int fd, Filesystem *fs, const Filesystem *prev, uint64
 }
 
 static int discover_filesystem(int fd, const uint8_t uuid[16], Filesystem **ret) {
-        int r = -EIO;
+        _cleanup_(filesystem_freep) Filesystem *fs = filesystem_new(uuid);
+        int r;
 
-        for (int attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
-                _cleanup_(filesystem_freep) Filesystem *fs = filesystem_new(uuid);
-
-                if (!fs)
-                        return -ENOMEM;
-                r = btrfs_read_filesystem(fd, fs);
-                if (r >= 0)
-                        r = filesystem_index(fs);
-                if (r >= 0) {
-                        *ret = TAKE_PTR(fs);
-                        return 0;
-                }
-                if (r == -ENOMEM || r == -EPERM)
-                        break;
-        }
-        return r;
+        if (!fs)
+                return -ENOMEM;
+        /* Subvolumes created or deleted meanwhile are simply seen or not
+         * (the next refresh sees them): that fails nothing here. */
+        r = btrfs_read_filesystem(fd, fs);
+        if (r >= 0)
+                r = filesystem_index(fs);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(fs);
+        return 0;
 }
 
 /* Adds the filesystem behind mount number @i to @model, or attaches the

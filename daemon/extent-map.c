@@ -144,16 +144,7 @@ static bool packed_valid(const uint8_t *packed, size_t size, size_t n) {
 
 /* Where user @id is, or would be inserted: users are sorted by id. */
 static size_t user_index(const ExtentMap *m, uint64_t id) {
-        size_t lo = 0, hi = m->n_users;
-
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (m->users[mid].id < id)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        return lo;
+        return sorted_lower_bound(m->users, m->n_users, sizeof(ExtentUser), offsetof(ExtentUser, id), id);
 }
 
 const ExtentUser *extent_map_find_user(const ExtentMap *m, uint64_t id) {

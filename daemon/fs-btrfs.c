@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include <btrfsutil.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/btrfs.h>
 #include <linux/btrfs_tree.h>
 #include <linux/fs.h>
@@ -14,17 +14,6 @@
 #include "fs-btrfs.h"
 #include "kernel-compat.h"
 #include "util.h"
-
-/* libbtrfsutil returns its own error enum and leaves the cause in errno. */
-static int btrfs_util_errno(enum btrfs_util_error e) {
-        if (e == BTRFS_UTIL_OK)
-                return 0;
-        if (e == BTRFS_UTIL_ERROR_NO_MEMORY)
-                return -ENOMEM;
-        if (e == BTRFS_UTIL_ERROR_SUBVOLUME_NOT_FOUND)
-                return -ENOENT;
-        return errno > 0 ? -errno : -EIO;
-}
 
 int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd) {
         _cleanup_close_ int fd = -1;
@@ -95,64 +84,6 @@ static int btrfs_read_devices(int fd, uint64_t max_id, char ***ret) {
         }
         *ret = TAKE_PTR(devices);
         return 0;
-}
-
-static void subvolume_from_info(const struct btrfs_util_subvolume_info *info, Subvolume *sv) {
-        *sv = (Subvolume) {
-                .id = info->id,
-                .parent_id = info->parent_id,
-                .generation = info->generation,
-                .change_generation = info->ctransid,
-                .creation_generation = info->otransid,
-                .creation_usec = info->otime.tv_sec > 0 ?
-                        (uint64_t) info->otime.tv_sec * 1000000 + (uint64_t) info->otime.tv_nsec / 1000 : 0,
-                .read_only = info->flags & BTRFS_ROOT_SUBVOL_RDONLY,
-                .usage = USAGE_NONE,
-        };
-        memcpy(sv->uuid, info->uuid, 16);
-        memcpy(sv->parent_uuid, info->parent_uuid, 16);
-        memcpy(sv->received_uuid, info->received_uuid, 16);
-}
-
-static int btrfs_read_subvolumes(int fd, Filesystem *fs) {
-        struct btrfs_util_subvolume_iterator *iter = NULL;
-        struct btrfs_util_subvolume_info info;
-        enum btrfs_util_error e;
-        Subvolume sv;
-        int r = 0;
-
-        e = btrfs_util_subvolume_info_fd(fd, BTRFS_FS_TREE_OBJECTID, &info);
-        if (e)
-                return btrfs_util_errno(e);
-        subvolume_from_info(&info, &sv);
-        sv.path = strdup("/");
-        if (!sv.path || !filesystem_add_subvolume(fs, &sv))
-                return -ENOMEM;
-
-        e = btrfs_util_create_subvolume_iterator_fd(fd, BTRFS_FS_TREE_OBJECTID, 0, &iter);
-        if (e)
-                return btrfs_util_errno(e);
-        for (;;) {
-                char *path = NULL;
-
-                e = btrfs_util_subvolume_iterator_next_info(iter, &path, &info);
-                if (e == BTRFS_UTIL_ERROR_STOP_ITERATION)
-                        break;
-                if (e) {
-                        /* Never call next() again after an error. */
-                        r = btrfs_util_errno(e);
-                        break;
-                }
-                subvolume_from_info(&info, &sv);
-                sv.path = path_join("/", path);
-                free(path);
-                if (!sv.path || !filesystem_add_subvolume(fs, &sv)) {
-                        r = -ENOMEM;
-                        break;
-                }
-        }
-        btrfs_util_destroy_subvolume_iterator(iter);
-        return r;
 }
 
 int btrfs_read_statfs(int fd, StatfsInfo *ret) {
@@ -360,6 +291,192 @@ int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const volat
         return 0;
 }
 
+/* ---- subvolumes, from the root tree ---- */
+
+/* A subvolume as the root tree describes it, before its path is known. */
+typedef struct RootEntry {
+        Subvolume sv;            /* path set once resolved */
+        uint64_t dirid;          /* the directory of the parent that holds it */
+        char *name;              /* its name there */
+        bool linked;             /* has a back reference (else: being deleted) */
+        bool failed;             /* no path: not published */
+        bool visiting;
+} RootEntry;
+
+typedef struct RootTree {
+        RootEntry *entries;      /* by id, as the search returns them */
+        size_t n, allocated;
+} RootTree;
+
+static void root_tree_done(RootTree *t) {
+        for (size_t i = 0; i < t->n; i++) {
+                free(t->entries[i].sv.path);
+                free(t->entries[i].name);
+        }
+        free(t->entries);
+}
+
+static uint64_t timespec_usec(const struct btrfs_timespec *ts) {
+        uint64_t sec = le64toh(ts->sec);
+        return sec > 0 ? sec * 1000000 + le32toh(ts->nsec) / 1000 : 0;
+}
+
+static int root_tree_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        RootTree *t = userdata;
+        RootEntry *last = t->n > 0 ? &t->entries[t->n - 1] : NULL;
+
+        if (h->objectid != BTRFS_FS_TREE_OBJECTID &&
+            (h->objectid < BTRFS_FIRST_FREE_OBJECTID || h->objectid > BTRFS_LAST_FREE_OBJECTID))
+                return 0;  /* not a subvolume */
+        if (h->type == BTRFS_ROOT_ITEM_KEY && h->len >= btrfs_legacy_root_item_size() &&
+            (!last || last->sv.id != h->objectid)) {
+                struct btrfs_root_item ri = {};
+
+                /* Older root items end before the UUIDs and times: zeros. */
+                memcpy(&ri, data, h->len < sizeof ri ? h->len : sizeof ri);
+                if (grow_array(&t->entries, &t->allocated, t->n + 1, sizeof(RootEntry)) < 0)
+                        return -ENOMEM;
+                t->entries[t->n++] = (RootEntry) { .sv = {
+                        .id = h->objectid,
+                        .generation = le64toh(ri.generation),
+                        .change_generation = le64toh(ri.ctransid),
+                        .creation_generation = le64toh(ri.otransid),
+                        .creation_usec = timespec_usec(&ri.otime),
+                        .read_only = le64toh(ri.flags) & BTRFS_ROOT_SUBVOL_RDONLY,
+                        .usage = USAGE_NONE,
+                } };
+                memcpy(t->entries[t->n - 1].sv.uuid, ri.uuid, 16);
+                memcpy(t->entries[t->n - 1].sv.parent_uuid, ri.parent_uuid, 16);
+                memcpy(t->entries[t->n - 1].sv.received_uuid, ri.received_uuid, 16);
+        } else if (h->type == BTRFS_ROOT_BACKREF_KEY && last && last->sv.id == h->objectid && !last->linked &&
+                   h->len >= sizeof(struct btrfs_root_ref)) {
+                struct btrfs_root_ref ref;
+                size_t len;
+
+                memcpy(&ref, data, sizeof ref);
+                len = le16toh(ref.name_len);
+                if (len == 0 || len > h->len - sizeof ref)
+                        return 0;  /* malformed: left unlinked */
+                last->name = strndup((const char *) data + sizeof ref, len);
+                if (!last->name)
+                        return -ENOMEM;
+                last->dirid = le64toh(ref.dirid);
+                last->sv.parent_id = h->offset;
+                last->linked = !memchr(data + sizeof ref, 0, len) && !memchr(data + sizeof ref, '/', len);
+        }
+        return 0;
+}
+
+static RootEntry *root_tree_find(RootTree *t, uint64_t id) {
+        size_t i = sorted_lower_bound(t->entries, t->n, sizeof(RootEntry), offsetof(RootEntry, sv.id), id);
+
+        return i < t->n && t->entries[i].sv.id == id ? &t->entries[i] : NULL;
+}
+
+/* The path of @e below its parent, whose path is known. */
+static int root_entry_resolve(int fd, const RootEntry *parent, RootEntry *e) {
+        struct btrfs_ioctl_ino_lookup_args lookup = { .treeid = parent->sv.id, .objectid = e->dirid };
+
+        /* The directory inside the parent ("a/b/", or "" for its root). */
+        if (e->dirid != BTRFS_FIRST_FREE_OBJECTID) {
+                if (ioctl(fd, BTRFS_IOC_INO_LOOKUP, &lookup) < 0)
+                        return -errno;
+                lookup.name[sizeof lookup.name - 1] = 0;
+        }
+        if (strlen(parent->sv.path) + strlen(lookup.name) + strlen(e->name) + 2 > SUBVOLUME_PATH_MAX)
+                return -ENAMETOOLONG;
+        if (asprintf(&e->sv.path, "%s%s%s%s", parent->sv.path, streq(parent->sv.path, "/") ? "" : "/", lookup.name,
+                     e->name) < 0) {
+                e->sv.path = NULL;
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Resolves the path of @e and of the parents it needs, without recursion
+ * (nesting can be deep): up to a parent whose path is known, then down.  A
+ * subvolume whose path cannot be found (deleted meanwhile, a directory
+ * path too long for INO_LOOKUP, a loop in a damaged tree) fails alone,
+ * with the ones below it. */
+static int root_tree_resolve(int fd, RootTree *t, RootEntry *e) {
+        _cleanup_free_ RootEntry **chain = NULL;
+        size_t n = 0, allocated = 0;
+        int r;
+
+        for (RootEntry *x = e; !x->sv.path && !x->failed;) {
+                if (x->visiting) {
+                        x->failed = true;  /* a loop */
+                        break;
+                }
+                if (grow_array(&chain, &allocated, n + 1, sizeof(RootEntry *)) < 0)
+                        return -ENOMEM;
+                chain[n++] = x;
+                x->visiting = true;
+                x = x->linked ? root_tree_find(t, x->sv.parent_id) : NULL;
+                if (!x) {
+                        chain[n - 1]->failed = true;
+                        break;
+                }
+        }
+        while (n > 0) {
+                RootEntry *x = chain[--n], *parent = root_tree_find(t, x->sv.parent_id);
+
+                x->visiting = false;
+                if (x->failed || !parent || !parent->sv.path) {
+                        x->failed = true;
+                        continue;
+                }
+                r = root_entry_resolve(fd, parent, x);
+                if (r == -ENOMEM)
+                        return r;
+                x->failed = r < 0;
+        }
+        return 0;
+}
+
+static int btrfs_read_subvolumes(int fd, Filesystem *fs) {
+        _cleanup_(root_tree_done) RootTree t = {};
+        RootEntry *top;
+        size_t skipped = 0;
+        uint64_t first_skipped = 0;
+        int r;
+
+        /* One search: every root item and back reference of a subvolume. */
+        r = btrfs_tree_search(fd, NULL, BTRFS_ROOT_TREE_OBJECTID, BTRFS_FS_TREE_OBJECTID, BTRFS_LAST_FREE_OBJECTID,
+                              BTRFS_ROOT_ITEM_KEY, BTRFS_ROOT_BACKREF_KEY, 0, root_tree_item, &t);
+        if (r < 0)
+                return r;
+        top = root_tree_find(&t, BTRFS_FS_TREE_OBJECTID);
+        if (!top)
+                return -EIO;
+        top->sv.path = strdup("/");
+        if (!top->sv.path)
+                return -ENOMEM;
+        for (size_t i = 0; i < t.n; i++) {
+                RootEntry *e = &t.entries[i];
+
+                if (!e->linked && e != top)
+                        continue;  /* deleted, not cleaned up yet */
+                r = root_tree_resolve(fd, &t, e);
+                if (r < 0)
+                        return r;
+                if (e->failed) {
+                        if (skipped++ == 0)
+                                first_skipped = e->sv.id;
+                        continue;
+                }
+                /* A copy: the entries below still need the path. */
+                Subvolume sv = e->sv;
+                sv.path = strdup(e->sv.path);
+                if (!sv.path || !filesystem_add_subvolume(fs, &sv))
+                        return -ENOMEM;
+        }
+        if (skipped > 0)
+                log_warning("Not publishing %zu subvolume(s) whose path cannot be found or is longer than %d bytes "
+                            "(subvolume %" PRIu64 " first).", skipped, SUBVOLUME_PATH_MAX, first_skipped);
+        return 0;
+}
+
 int btrfs_read_filesystem(int fd, Filesystem *fs) {
         struct btrfs_ioctl_fs_info_args info = { .flags = BTRFS_FS_INFO_FLAG_GENERATION };
         char label[BTRFS_LABEL_SIZE] = {};
@@ -476,33 +593,55 @@ int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec) {
         return 0;
 }
 
-uint64_t btrfs_fold_fsid(const uint8_t u[16], uint64_t subvolume_id) {
-        uint32_t w[4];
+/* The fsid of the btrfs that @fd is on (opened or O_PATH), or -ENOTTY
+ * when the fd does not reach btrfs's ioctls: only directories and regular
+ * files have btrfs's file operations, and no ioctl goes to anything else
+ * (a device driver, say). */
+static int fd_read_fsid(int fd, mode_t type, uint8_t ret[16]) {
+        _cleanup_close_ int reopened = -1;
+        char proc[32];
+        int r;
 
-        for (size_t i = 0; i < 4; i++)
-                w[i] = (uint32_t) u[4 * i] << 24 | (uint32_t) u[4 * i + 1] << 16 |
-                       (uint32_t) u[4 * i + 2] << 8 | u[4 * i + 3];
-        return (uint64_t) ((w[0] ^ w[2]) ^ (uint32_t) (subvolume_id >> 32)) << 32 |
-               ((w[1] ^ w[3]) ^ (uint32_t) subvolume_id);
+        if (!S_ISDIR(type) && !S_ISREG(type))
+                return -ENOTTY;
+        r = btrfs_read_fsid(fd, ret);
+        if (r != -EBADF)
+                return r;
+        /* O_PATH: ioctls need an opened file.  Reopening a btrfs directory
+         * or regular file is harmless: nothing is read, and O_NONBLOCK
+         * keeps a lease break from making us wait. */
+        if (S_ISDIR(type))
+                reopened = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
+        else {
+                snprintf(proc, sizeof proc, "/proc/self/fd/%i", fd);
+                reopened = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        }
+        if (reopened < 0)
+                return -ENOTTY;
+        return btrfs_read_fsid(reopened, ret);
 }
 
-int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_fsid, dev_t *ret_dev) {
+int btrfs_identify_fd(int fd, bool unique_mount_id, FdIdentity *ret) {
+        unsigned mnt_mask = unique_mount_id ? STATX_MNT_ID_UNIQUE_COMPAT : STATX_MNT_ID_COMPAT;
         struct statx_compat stx = {};
+        FdIdentity id = {};
         struct statfs sfs;
-        uint32_t val[2];
+        int r;
 
         /* statx() first, from cached attributes only: a client's fd may be
          * on FUSE or NFS, where asking the file system could block us on a
          * server that never answers.  Only btrfs (and bcachefs) report
          * STATX_SUBVOL. */
-        if (sys_statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SUBVOL_COMPAT | STATX_INO | STATX_TYPE, &stx) < 0)
+        if (sys_statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SUBVOL_COMPAT | STATX_INO | STATX_TYPE | mnt_mask,
+                      &stx) < 0)
                 return -errno;
+        id.dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
         if (!(stx.stx_mask & STATX_SUBVOL_COMPAT)) {
                 /* The empty directory a snapshot leaves for a nested
                  * subvolume (inode 2 on the superblock's device) has none
                  * either; the caller knows which devices are btrfs. */
                 if (S_ISDIR(stx.stx_mode) && stx.stx_ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID) {
-                        *ret_dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+                        *ret = id;
                         return -ENOENT;
                 }
                 return -EMEDIUMTYPE;
@@ -512,8 +651,12 @@ int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_f
                 return -errno;
         if ((uint32_t) sfs.f_type != BTRFS_SUPER_MAGIC)
                 return -EMEDIUMTYPE;
-        memcpy(val, &sfs.f_fsid, sizeof val);
-        *ret_subvolume_id = stx.stx_subvol;
-        *ret_folded_fsid = (uint64_t) val[0] << 32 | val[1];
+        id.subvolume_id = stx.stx_subvol;
+        id.mount_id = stx.stx_mask & mnt_mask ? stx.stx_mnt_id : 0;
+        r = fd_read_fsid(fd, stx.stx_mode, id.fsid);
+        if (r < 0 && r != -ENOTTY)
+                return r;
+        id.have_fsid = r >= 0;
+        *ret = id;
         return 0;
 }

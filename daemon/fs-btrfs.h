@@ -2,8 +2,10 @@
 #pragma once
 
 /* The btrfs backend: everything subvold asks the kernel about a btrfs
- * filesystem, through libbtrfsutil and btrfs ioctls.  libbtrfsutil's error
- * codes are turned into negative errno here and nowhere else. */
+ * filesystem, through btrfs ioctls.  Subvolumes are read from the root
+ * tree directly rather than with libbtrfsutil's iterator, which gives up
+ * on the whole filesystem at the first subvolume whose path it cannot
+ * look up (a directory path past 4080 bytes, which any user can make). */
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -58,7 +60,9 @@ int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const volat
 int btrfs_read_statfs(int fd, StatfsInfo *ret);
 
 /* Fills @fs from the filesystem @fd is on: label, devices, size, free,
- * generation and every subvolume (CAP_SYS_ADMIN needed). */
+ * generation and every subvolume (CAP_SYS_ADMIN needed).  A subvolume
+ * whose path cannot be found, or is longer than SUBVOLUME_PATH_MAX, is
+ * left out (one warning), not the filesystem. */
 int btrfs_read_filesystem(int fd, Filesystem *fs);
 
 /* Reads the quota tree (CAP_SYS_ADMIN): the quota mode and consistency
@@ -68,14 +72,25 @@ int btrfs_read_filesystem(int fd, Filesystem *fs);
  * never enables quotas or starts a rescan. */
 int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec);
 
-/* For any fd a client hands over: whether it is on btrfs (-EMEDIUMTYPE if
- * not), the subvolume holding it, and the fsid folded the way statfs()
- * reports it (see btrfs_fold_fsid()).  Never asks a non-btrfs file system
- * anything that could block.  -ENOENT: a directory that may be the empty
- * placeholder a snapshot leaves for a nested subvolume; *ret_dev is its
- * device, which is a btrfs superblock's if it is one. */
-int btrfs_identify_fd(int fd, uint64_t *ret_subvolume_id, uint64_t *ret_folded_fsid, dev_t *ret_dev);
+/* What a client's fd says about the file behind it. */
+typedef struct FdIdentity {
+        uint64_t subvolume_id;
+        uint8_t fsid[16];
+        bool have_fsid;          /* false: the fd cannot answer (see below) */
+        uint64_t mount_id;       /* of the mount the fd is on */
+        dev_t dev;
+} FdIdentity;
 
-/* What statfs().f_fsid says for subvolume @id of filesystem @uuid: btrfs
- * folds the 128-bit fsid to 64 bits and mixes in the subvolume id. */
-uint64_t btrfs_fold_fsid(const uint8_t uuid[16], uint64_t subvolume_id);
+/* For any fd a client hands over: whether it is on btrfs (-EMEDIUMTYPE if
+ * not), the subvolume holding it, and the filesystem's fsid, asked of the
+ * file itself (BTRFS_IOC_FS_INFO) -- never guessed from statfs()'s f_fsid,
+ * a 64-bit fold of it that anyone can make another filesystem share.
+ * O_PATH fds of directories and regular files are reopened for the
+ * question.  The ioctl does not reach btrfs through a FIFO, socket or
+ * device node (their file operations are not btrfs's): for those
+ * have_fsid is false and mount_id (unique ids if @unique_mount_id, else
+ * the old ones) says which mount the fd is on.  Never asks a non-btrfs
+ * file system anything that could block.  -ENOENT: a directory that may
+ * be the empty placeholder a snapshot leaves for a nested subvolume; dev
+ * is its device, which is a btrfs superblock's if it is one. */
+int btrfs_identify_fd(int fd, bool unique_mount_id, FdIdentity *ret);

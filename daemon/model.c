@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <sys/random.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 
 #include "model.h"
 #include "util.h"
@@ -38,7 +40,7 @@ Filesystem *filesystem_free(Filesystem *fs) {
                 strv_free(fs->subvolumes[i].access_paths);
         }
         free(fs->subvolumes);
-        free(fs->by_path);
+        free(fs->path_index);
         free(fs->label);
         strv_free(fs->devices);
         strv_free(fs->mount_points);
@@ -104,6 +106,15 @@ Filesystem *model_find_filesystem(const Model *m, const uint8_t uuid[16]) {
         return NULL;
 }
 
+const Mount *model_find_mount(const Model *m, uint64_t id, Filesystem **ret_fs) {
+        for (size_t i = 0; i < m->mounts.n_mounts; i++)
+                if (m->mounts.mounts[i].id == id) {
+                        *ret_fs = m->mount_filesystem[i];
+                        return &m->mounts.mounts[i];
+                }
+        return NULL;
+}
+
 bool model_is_btrfs_device(const Model *m, dev_t dev) {
         for (size_t i = 0; i < m->mounts.n_mounts; i++) {
                 const Mount *mount = &m->mounts.mounts[i];
@@ -126,39 +137,106 @@ Subvolume *filesystem_find_subvolume(const Filesystem *fs, uint64_t id) {
         return bsearch(&key, fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), cmp_subvolume_id);
 }
 
-static int cmp_subvolume_path(const void *a, const void *b) {
-        return strcmp((*(Subvolume * const *) a)->path, (*(Subvolume * const *) b)->path);
+/* ---- paths to subvolumes ----
+ *
+ * A path is looked up as each of its prefixes that end at a component,
+ * deepest first.  The hash of every prefix comes from one pass over the
+ * path: a polynomial hash modulo the prime 2^61 - 1, extended byte by
+ * byte.  So a lookup costs time linear in the path's length, however many
+ * components it has (a sorted array cost a string comparison per
+ * component: quadratic).  The base is random per process, so that nobody
+ * can choose names that collide. */
+
+#define PATH_HASH_PRIME ((1ULL << 61) - 1)
+static uint64_t path_hash_base;
+
+static uint64_t path_hash_step(uint64_t h, unsigned char c) {
+        __uint128_t x = (__uint128_t) h * path_hash_base + c + 1u;
+        uint64_t r = (uint64_t) (x & PATH_HASH_PRIME) + (uint64_t) (x >> 61);
+
+        r = (r & PATH_HASH_PRIME) + (r >> 61);
+        return r >= PATH_HASH_PRIME ? r - PATH_HASH_PRIME : r;
 }
 
-static Subvolume *filesystem_find_exact_path(const Filesystem *fs, const char *path) {
-        Subvolume key = { .path = (char *) path }, *k = &key, **found;
+static void path_hash_init(void) {
+        uint64_t b = 0;
 
-        if (fs->n_subvolumes == 0)
+        if (path_hash_base != 0)
+                return;
+        if (getrandom(&b, sizeof b, GRND_NONBLOCK) != sizeof b)
+                b = (uint64_t) time(NULL) * 0x9e3779b97f4a7c15ULL ^ (uint64_t) (uintptr_t) &b;
+        /* A base below 2^8 would let short strings collide trivially. */
+        path_hash_base = 256 + b % (PATH_HASH_PRIME - 256);
+}
+
+static uint64_t path_hash(const char *path, size_t len) {
+        uint64_t h = 0;
+
+        for (size_t i = 0; i < len; i++)
+                h = path_hash_step(h, (unsigned char) path[i]);
+        return h;
+}
+
+static Subvolume *filesystem_find_exact_path(const Filesystem *fs, const char *path, size_t len, uint64_t hash) {
+        size_t mask = fs->n_path_slots - 1;
+
+        if (fs->n_path_slots == 0)
                 return NULL;
-        found = bsearch(&k, fs->by_path, fs->n_subvolumes, sizeof(Subvolume *), cmp_subvolume_path);
-        return found ? *found : NULL;
+        for (size_t i = (size_t) hash & mask; fs->path_index[i] != 0; i = (i + 1) & mask) {
+                Subvolume *sv = &fs->subvolumes[fs->path_index[i] - 1];
+
+                if (sv->path_hash == hash && strncmp(sv->path, path, len) == 0 && sv->path[len] == 0)
+                        return sv;
+        }
+        return NULL;
 }
 
 Subvolume *filesystem_find_subvolume_by_path(const Filesystem *fs, const char *fs_path) {
-        _cleanup_free_ char *p = strdup(fs_path);
+        size_t len = strlen(fs_path), n = 0;
+        _cleanup_free_ struct { uint64_t hash; size_t len; } *prefixes = NULL;
+        uint64_t h = 0;
 
-        if (!p)
+        if (len == 0 || fs_path[0] != '/')
                 return NULL;
-        /* Try the path itself, then each directory above it. */
-        for (;;) {
-                Subvolume *sv = filesystem_find_exact_path(fs, p);
-                char *slash;
-
+        /* "/", then every prefix that ends before a '/' or at the end. */
+        prefixes = malloc((len / 2 + 2) * sizeof(*prefixes));
+        if (!prefixes)
+                return NULL;
+        for (size_t i = 0; i < len; i++) {
+                h = path_hash_step(h, (unsigned char) fs_path[i]);
+                if (i == 0 || fs_path[i + 1] == '/' || fs_path[i + 1] == 0)
+                        prefixes[n++] = (typeof(*prefixes)) { h, i + 1 };
+        }
+        while (n-- > 0) {
+                Subvolume *sv = filesystem_find_exact_path(fs, fs_path, prefixes[n].len, prefixes[n].hash);
                 if (sv)
                         return sv;
-                if (streq(p, "/"))
-                        return NULL;
-                slash = strrchr(p, '/');
-                if (slash == p)
-                        slash[1] = 0;
-                else
-                        *slash = 0;
         }
+        return NULL;
+}
+
+/* Indexes the subvolumes (sorted by id by now) by path. */
+static int filesystem_index_paths(Filesystem *fs) {
+        size_t slots = 8;
+
+        path_hash_init();
+        while (slots < 2 * fs->n_subvolumes)
+                slots *= 2;
+        free(fs->path_index);
+        fs->path_index = calloc(slots, sizeof(uint32_t));
+        if (!fs->path_index)
+                return -ENOMEM;
+        fs->n_path_slots = slots;
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                Subvolume *sv = &fs->subvolumes[i];
+                size_t j;
+
+                sv->path_hash = path_hash(sv->path, strlen(sv->path));
+                for (j = (size_t) sv->path_hash & (slots - 1); fs->path_index[j] != 0; j = (j + 1) & (slots - 1))
+                        ;
+                fs->path_index[j] = (uint32_t) (i + 1);
+        }
+        return 0;
 }
 
 static int cmp_subvolume_uuid(const void *a, const void *b) {
@@ -187,16 +265,16 @@ static int filesystem_link_snapshots(Filesystem *fs) {
 }
 
 int filesystem_index(Filesystem *fs) {
+        int r;
+
         if (fs->n_subvolumes == 0)
                 return 0;
+        if (fs->n_subvolumes >= UINT32_MAX)
+                return -E2BIG;
         qsort(fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), cmp_subvolume_id);
-        free(fs->by_path);
-        fs->by_path = calloc(fs->n_subvolumes ?: 1, sizeof(Subvolume *));
-        if (!fs->by_path)
-                return -ENOMEM;
-        for (size_t i = 0; i < fs->n_subvolumes; i++)
-                fs->by_path[i] = &fs->subvolumes[i];
-        qsort(fs->by_path, fs->n_subvolumes, sizeof(Subvolume *), cmp_subvolume_path);
+        r = filesystem_index_paths(fs);
+        if (r < 0)
+                return r;
         return filesystem_link_snapshots(fs);
 }
 
@@ -401,9 +479,10 @@ static size_t utf8_sequence_length(const unsigned char *s) {
                         return 0;
                 c = c << 6 | (s[i] & 0x3f);
         }
-        /* Reject overlong forms, surrogates and values past U+10FFFF. */
+        /* Reject overlong forms, surrogates, values past U+10FFFF and the
+         * noncharacters, which sd-bus refuses in strings. */
         if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) || c > 0x10ffff ||
-            (c >= 0xd800 && c <= 0xdfff))
+            (c >= 0xd800 && c <= 0xdfff) || (c >= 0xfdd0 && c <= 0xfdef) || (c & 0xfffe) == 0xfffe)
                 return 0;
         return len;
 }

@@ -17,6 +17,11 @@ typedef struct Filesystem Filesystem;
  * convention, so 0 always means zero. */
 #define USAGE_UNKNOWN UINT64_MAX
 
+/* Subvolumes with longer paths are not published: every object must fit
+ * in a bus message, whatever names and nesting a user chose.  Four times
+ * PATH_MAX, so nothing a path-based tool can reach is left out. */
+#define SUBVOLUME_PATH_MAX (16 * 1024)
+
 typedef enum UsageSource {
         USAGE_SOURCE_NONE,
         USAGE_SOURCE_QGROUP,
@@ -72,6 +77,7 @@ typedef struct Subvolume {
         const struct Subvolume *snapshot_source;  /* same filesystem, or NULL */
         char **access_paths;           /* sorted, NULL-terminated, may be empty */
         Usage usage;
+        uint64_t path_hash;            /* see filesystem_find_subvolume_by_path() */
 } Subvolume;
 
 struct Filesystem {
@@ -89,7 +95,8 @@ struct Filesystem {
         double scan_progress;          /* share of subvolumes measured at their current state */
         Subvolume *subvolumes;         /* sorted by id */
         size_t n_subvolumes, allocated;
-        Subvolume **by_path;           /* the same, sorted by path */
+        uint32_t *path_index;          /* open addressing by path_hash: index + 1, 0 = empty */
+        size_t n_path_slots;           /* a power of two, at least twice n_subvolumes */
 };
 
 typedef struct Model {
@@ -132,10 +139,15 @@ int filesystem_index(Filesystem *fs);
 int model_finish(Model *m);
 
 Filesystem *model_find_filesystem(const Model *m, const uint8_t uuid[16]);
+/* The mount with id @id (as the table numbers them) and its filesystem
+ * (NULL if it has none), or NULL. */
+const Mount *model_find_mount(const Model *m, uint64_t id, Filesystem **ret_fs);
 /* Whether @dev is the superblock device of a btrfs mount in the table. */
 bool model_is_btrfs_device(const Model *m, dev_t dev);
 Subvolume *filesystem_find_subvolume(const Filesystem *fs, uint64_t id);
-/* The deepest subvolume whose path is @fs_path or above it. */
+/* The deepest subvolume whose path is @fs_path or above it (@fs_path
+ * absolute and normalized).  Linear in the length of @fs_path, however many
+ * components it has. */
 Subvolume *filesystem_find_subvolume_by_path(const Filesystem *fs, const char *fs_path);
 
 typedef enum ResolveResult {
@@ -164,6 +176,7 @@ StatfsInfo subvolume_statfs(const Subvolume *sv, const StatfsInfo *fs);
 const char *usage_source_to_string(UsageSource s);
 const char *quota_mode_to_string(QuotaMode m);
 
-/* Returns a copy of @s that is valid UTF-8: invalid bytes and ASCII
- * control characters are written as \xNN. */
+/* Returns a copy of @s that any D-Bus implementation accepts as a string:
+ * bytes that are not valid UTF-8, ASCII control characters and Unicode
+ * noncharacters (which sd-bus refuses) are written as \xNN, byte by byte. */
 char *display_escape(const char *s);

@@ -151,6 +151,22 @@ char *path_join(const char *a, const char *b) {
         return s;
 }
 
+size_t sorted_lower_bound(const void *base, size_t n, size_t size, size_t offset, uint64_t key) {
+        size_t lo = 0, hi = n;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                uint64_t k;
+
+                memcpy(&k, (const uint8_t *) base + mid * size + offset, sizeof k);
+                if (k < key)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
 int grow_array(void *array, size_t *allocated, size_t need, size_t elem) {
         void **p = array;
         size_t n;

@@ -97,6 +97,10 @@ int parse_size(const char *s, uint64_t *ret);
 /* Joins a directory and a relative part with exactly one '/' between them. */
 char *path_join(const char *a, const char *b);
 
+/* In @base, @n elements of @size bytes sorted by the uint64_t at @offset
+ * in each: the index of the first whose key is @key or more (@n if none). */
+size_t sorted_lower_bound(const void *base, size_t n, size_t size, size_t offset, uint64_t key);
+
 /* Makes sure *array can hold at least need elements of size elem, growing
  * geometrically.  Returns 0 or -ENOMEM. */
 int grow_array(void *array, size_t *allocated, size_t need, size_t elem);
