@@ -113,11 +113,23 @@ static int property_fs_uuid(sd_bus *bus, const char *path, const char *interface
         return sd_bus_message_append(reply, "s", uuid_format(fs->uuid, buf));
 }
 
-static int property_fs_string(sd_bus *bus, const char *path, const char *interface, const char *property,
-                              sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+static int property_fs_label(sd_bus *bus, const char *path, const char *interface, const char *property,
+                             sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         const Filesystem *fs = userdata;
+        _cleanup_free_ char *s = NULL;
 
-        return sd_bus_message_append(reply, "s", streq(property, "Label") ? fs->label : "btrfs");
+        /* Labels are bytes: any of them can be set with mkfs.btrfs -L. */
+        if (streq(property, "LabelBytes"))
+                return bus_append_bytestring(reply, fs->label);
+        s = display_escape(fs->label);
+        if (!s)
+                return -ENOMEM;
+        return sd_bus_message_append(reply, "s", s);
+}
+
+static int property_fs_type(sd_bus *bus, const char *path, const char *interface, const char *property,
+                            sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "s", "btrfs");
 }
 
 static int property_fs_paths(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -146,11 +158,14 @@ static int property_fs_quota(sd_bus *bus, const char *path, const char *interfac
         return sd_bus_message_append(reply, "b", fs->quota_consistent);
 }
 
+static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus_error *error);
+
 static const sd_bus_vtable filesystem_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Uuid", "s", property_fs_uuid, 0, SD_BUS_VTABLE_PROPERTY_CONST),
-        SD_BUS_PROPERTY("Label", "s", property_fs_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
-        SD_BUS_PROPERTY("Type", "s", property_fs_string, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("Label", "s", property_fs_label, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("LabelBytes", "ay", property_fs_label, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Type", "s", property_fs_type, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("Devices", "aay", property_fs_paths, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("MountPoints", "aay", property_fs_paths, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Size", "t", property_fs_bytes, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
@@ -161,6 +176,9 @@ static const sd_bus_vtable filesystem_vtable[] = {
         SD_BUS_PROPERTY("QuotaMode", "s", property_fs_quota, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("QuotaConsistent", "b", property_fs_quota, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("ScanProgress", "d", NULL, offsetof(Filesystem, scan_progress), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_METHOD_WITH_ARGS("GetSubvolumes", SD_BUS_ARGS("t", start_id, "u", max_count),
+                                SD_BUS_RESULT("a{oa{sv}}", subvolumes, "t", next_id), method_get_subvolumes,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 
@@ -288,17 +306,13 @@ static const sd_bus_vtable subvolume_vtable[] = {
  * interfaces to each, which made GetManagedObjects seven times slower than
  * "btrfs subvolume list" at 10,000 subvolumes. */
 
-/* Appends {s a{sv}}: one interface and every property in @vtable. */
-static int append_interface(sd_bus_message *m, const char *path, const char *interface,
-                            const sd_bus_vtable *vtable, void *object) {
+/* Appends a{sv}: every property in @vtable. */
+static int append_properties(sd_bus_message *m, const char *path, const char *interface,
+                             const sd_bus_vtable *vtable, void *object) {
         sd_bus *bus = sd_bus_message_get_bus(m);
         int r;
 
-        r = sd_bus_message_open_container(m, 'e', "sa{sv}");
-        if (r >= 0)
-                r = sd_bus_message_append(m, "s", interface);
-        if (r >= 0)
-                r = sd_bus_message_open_container(m, 'a', "{sv}");
+        r = sd_bus_message_open_container(m, 'a', "{sv}");
         for (const sd_bus_vtable *v = vtable; r >= 0 && v->type != _SD_BUS_VTABLE_END; v++) {
                 const char *name = v->x.property.member, *signature = v->x.property.signature;
 
@@ -320,6 +334,19 @@ static int append_interface(sd_bus_message *m, const char *path, const char *int
         }
         if (r >= 0)
                 r = sd_bus_message_close_container(m);
+        return r;
+}
+
+/* Appends {s a{sv}}: one interface and its properties. */
+static int append_interface(sd_bus_message *m, const char *path, const char *interface,
+                            const sd_bus_vtable *vtable, void *object) {
+        int r;
+
+        r = sd_bus_message_open_container(m, 'e', "sa{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", interface);
+        if (r >= 0)
+                r = append_properties(m, path, interface, vtable, object);
         if (r >= 0)
                 r = sd_bus_message_close_container(m);
         return r;
@@ -344,17 +371,103 @@ static int append_object(sd_bus_message *m, const char *path, const char *interf
         return r;
 }
 
+/* ---- how large a reply may grow ----
+ *
+ * dbus-daemon disconnects a peer that sends a message larger than its
+ * max_message_size (32 MiB unless configured), and subvold exits when its
+ * bus goes away.  So the replies that grow with the model are checked
+ * before they are built, against an upper bound of their wire size: every
+ * alignment counted at its largest, every escaped string at four times its
+ * bytes. */
+
+static size_t max_message_size = BUS_DEFAULT_MAX_MESSAGE_SIZE;
+
+/* Room for the header, the reply's own fields and the array around the
+ * objects. */
+#define MESSAGE_OVERHEAD 1024
+/* A dict entry, its key (an object path or a string) and the array
+ * around what follows, alignments included. */
+#define ENTRY_OVERHEAD (8 + 4 + BUS_OBJECT_PATH_MAX + 1 + 4 + 8)
+
+/* What @vtable's properties take, values of variable length counted at a
+ * base size that the callers add each object's own lengths to. */
+static size_t properties_bound(const sd_bus_vtable *vtable) {
+        size_t n = 8 + 4;  /* the array's length and alignment */
+
+        for (const sd_bus_vtable *v = vtable; v->type != _SD_BUS_VTABLE_END; v++) {
+                const char *sig = v->x.property.signature;
+
+                if (v->type != _SD_BUS_VTABLE_PROPERTY)
+                        continue;
+                /* entry alignment, name, signature, value alignment */
+                n += 7 + 4 + strlen(v->x.property.member) + 1 + 1 + strlen(sig) + 1 + 7;
+                /* strings and object paths: a UUID, a constant or an object
+                 * path at the most, unless the caller adds more */
+                n += strchr("sog", sig[0]) ? 4 + BUS_OBJECT_PATH_MAX + 1 : 8;
+        }
+        return n;
+}
+
+/* A byte string as "ay", or an escaped string as "s" (4 bytes out per byte
+ * in, at the most), beyond the base above. */
+static size_t string_bound(const char *s, size_t per_byte) {
+        return per_byte * strlen(s) + 8;
+}
+
+static size_t strv_bound(char * const *l) {
+        size_t n = 0;
+
+        for (; l && *l; l++)
+                n += 3 + 4 + string_bound(*l, 1);
+        return n;
+}
+
+static size_t subvolume_bound(const Subvolume *sv) {
+        static size_t base;
+
+        if (base == 0)
+                base = ENTRY_OVERHEAD + 4 + strlen(SUBVOLD_IFACE_SUBVOLUME) + 1 + properties_bound(subvolume_vtable);
+        /* Path, Name, DisplayPath, AccessPaths */
+        return base + 2 * string_bound(sv->path, 1) + string_bound(sv->path, 4) + strv_bound(sv->access_paths);
+}
+
+static size_t filesystem_bound(const Filesystem *fs) {
+        static size_t base;
+
+        if (base == 0)
+                base = ENTRY_OVERHEAD + 4 + strlen(SUBVOLD_IFACE_FS) + 1 + properties_bound(filesystem_vtable);
+        /* Label, LabelBytes, Devices, MountPoints */
+        return base + string_bound(fs->label, 4) + string_bound(fs->label, 1) + strv_bound(fs->devices) +
+               strv_bound(fs->mount_points);
+}
+
 static int method_get_managed_objects(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Model **model = userdata;
+        const Model *model = *(Model **) userdata;
         _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
         char buf[BUS_OBJECT_PATH_MAX];
+        size_t size = MESSAGE_OVERHEAD, n_objects = 0;
         int r;
+
+        for (size_t i = 0; model && i < model->n_filesystems; i++) {
+                const Filesystem *fs = model->filesystems[i];
+
+                size += filesystem_bound(fs);
+                for (size_t j = 0; j < fs->n_subvolumes; j++)
+                        size += subvolume_bound(&fs->subvolumes[j]);
+                n_objects += 1 + fs->n_subvolumes;
+        }
+        if (size > max_message_size)
+                return sd_bus_error_setf(error, SD_BUS_ERROR_LIMITS_EXCEEDED,
+                                         "The %zu objects would make a reply of up to %zu bytes, more than the "
+                                         "%zu bytes a bus message may carry here; page through each "
+                                         "filesystem's subvolumes with org.subvold.Subvold1.Filesystem."
+                                         "GetSubvolumes() instead.", n_objects, size, max_message_size);
 
         r = sd_bus_message_new_method_return(message, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "{oa{sa{sv}}}");
-        for (size_t i = 0; r >= 0 && *model && i < (*model)->n_filesystems; i++) {
-                Filesystem *fs = (*model)->filesystems[i];
+        for (size_t i = 0; r >= 0 && model && i < model->n_filesystems; i++) {
+                Filesystem *fs = model->filesystems[i];
 
                 r = append_object(reply, bus_filesystem_path(fs, buf), SUBVOLD_IFACE_FS, filesystem_vtable, fs);
                 for (size_t j = 0; r >= 0 && j < fs->n_subvolumes; j++)
@@ -368,6 +481,51 @@ static int method_get_managed_objects(sd_bus_message *message, void *userdata, s
         return sd_bus_send(NULL, reply, NULL);
 }
 
+static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Filesystem *fs = userdata;
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+        char buf[BUS_OBJECT_PATH_MAX];
+        size_t i, end, size = MESSAGE_OVERHEAD;
+        uint64_t start_id;
+        uint32_t max_count;
+        int r;
+
+        r = sd_bus_message_read(message, "tu", &start_id, &max_count);
+        if (r < 0)
+                return r;
+        if (max_count == 0)
+                return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                        "max_count is 0; ask for at least one subvolume.");
+        /* As many as asked for and fit in one message; always one. */
+        i = end = sorted_lower_bound(fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), offsetof(Subvolume, id),
+                                     start_id);
+        while (end < fs->n_subvolumes && end - i < max_count &&
+               (end == i || size + subvolume_bound(&fs->subvolumes[end]) <= max_message_size))
+                size += subvolume_bound(&fs->subvolumes[end++]);
+
+        r = sd_bus_message_new_method_return(message, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "{oa{sv}}");
+        for (; r >= 0 && i < end; i++) {
+                Subvolume *sv = &fs->subvolumes[i];
+
+                r = sd_bus_message_open_container(reply, 'e', "oa{sv}");
+                if (r >= 0)
+                        r = sd_bus_message_append(reply, "o", bus_subvolume_path(sv, buf));
+                if (r >= 0)
+                        r = append_properties(reply, buf, SUBVOLD_IFACE_SUBVOLUME, subvolume_vtable, sv);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(reply);
+        }
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "t", end < fs->n_subvolumes ? fs->subvolumes[end].id : UINT64_C(0));
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 /* Sees every message to the manager's path before sd-bus's own handlers,
  * and takes GetManagedObjects. */
 static int on_manager_path_message(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -376,9 +534,10 @@ static int on_manager_path_message(sd_bus_message *message, void *userdata, sd_b
         return method_get_managed_objects(message, userdata, error);
 }
 
-int bus_objects_register(sd_bus *bus, Model **model) {
+int bus_objects_register(sd_bus *bus, Model **model, size_t max_size) {
         int r;
 
+        max_message_size = max_size;
         /* sd-bus's object manager stays registered for introspection; our
          * callback answers GetManagedObjects and we emit the signals. */
         r = sd_bus_add_object_manager(bus, NULL, SUBVOLD_MANAGER_PATH);

@@ -14,10 +14,16 @@
 char *bus_filesystem_path(const Filesystem *fs, char buf[static BUS_OBJECT_PATH_MAX]);
 char *bus_subvolume_path(const Subvolume *sv, char buf[static BUS_OBJECT_PATH_MAX]);
 
+/* What a reply that grows with the model may weigh at the most, unless
+ * configured: half of dbus-daemon's default max_message_size. */
+#define BUS_DEFAULT_MAX_MESSAGE_SIZE (16u << 20)
+
 /* Registers the object tree below /org/subvold/Subvold1/fs.  @model points
  * to the manager's current model, which may be swapped at any time between
- * two bus calls. */
-int bus_objects_register(sd_bus *bus, Model **model);
+ * two bus calls.  GetManagedObjects answers LimitsExceeded rather than
+ * send a reply that could be larger than @max_message_size bytes, and
+ * GetSubvolumes pages stay below it. */
+int bus_objects_register(sd_bus *bus, Model **model, size_t max_message_size);
 
 /* Emits InterfacesAdded, InterfacesRemoved and PropertiesChanged for what
  * differs between @old and @new.  @new must already be the current model. */

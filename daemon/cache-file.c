@@ -108,7 +108,9 @@ int cache_file_write(const char *dir, const char *name, CacheBuffer *b) {
                 }
                 done += (size_t) k;
         }
-        if (fchmod(fd, 0644) < 0 || fsync(fd) < 0 || rename(tmp, final) < 0) {
+        /* 0600 (mkostemp's mode): the scan cache lists where every subvolume's
+         * data lies on disk, which is nobody else's business. */
+        if (fchmod(fd, 0600) < 0 || fsync(fd) < 0 || rename(tmp, final) < 0) {
                 r = -errno;
                 goto fail;
         }

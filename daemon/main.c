@@ -2,12 +2,14 @@
 #include <getopt.h>
 #include <malloc.h>
 
+#include "bus-objects.h"
 #include "manager.h"
 #include "util.h"
 
 static MountSource arg_mount_source = MOUNT_SOURCE_AUTO;
 static char *arg_cache_dir = NULL;
 static uint64_t arg_exit_idle_usec = 0;
+static size_t arg_max_message_size = BUS_DEFAULT_MAX_MESSAGE_SIZE;
 static ScannerOptions arg_scan = SCANNER_OPTIONS_DEFAULT;
 
 static void help(void) {
@@ -24,6 +26,9 @@ static void help(void) {
                "     --exit-idle-sec=SEC\n"
                "                   Exit after SEC seconds without bus calls (default: never);\n"
                "                   D-Bus activation starts subvold again on the next call\n"
+               "     --max-message-size=BYTES\n"
+               "                   Largest reply to send (K, M, G; default: 16M); set it no\n"
+               "                   higher than the bus's max_message_size (dbus-daemon: 32M)\n"
                "     --scan-max-memory=BYTES\n"
                "                   Measure a filesystem without quotas only while what the\n"
                "                   scanner keeps of it fits in BYTES (K, M, G; default: 256M)\n"
@@ -38,7 +43,7 @@ static void help(void) {
 /* Returns 1 to go on, 0 to exit successfully, negative on bad usage. */
 static int parse_argv(int argc, char *argv[]) {
         enum {
-                ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC, ARG_SCAN_MAX_MEMORY,
+                ARG_VERSION = 0x100, ARG_MOUNTINFO, ARG_CACHE_DIR, ARG_EXIT_IDLE_SEC, ARG_MAX_MESSAGE_SIZE, ARG_SCAN_MAX_MEMORY,
                 ARG_SCAN_NICE, ARG_SCAN_IO_CLASS,
         };
         static const struct option options[] = {
@@ -47,6 +52,7 @@ static int parse_argv(int argc, char *argv[]) {
                 { "mountinfo", no_argument, NULL, ARG_MOUNTINFO },
                 { "cache-dir", required_argument, NULL, ARG_CACHE_DIR },
                 { "exit-idle-sec", required_argument, NULL, ARG_EXIT_IDLE_SEC },
+                { "max-message-size", required_argument, NULL, ARG_MAX_MESSAGE_SIZE },
                 { "scan-max-memory", required_argument, NULL, ARG_SCAN_MAX_MEMORY },
                 { "scan-nice", required_argument, NULL, ARG_SCAN_NICE },
                 { "scan-io-class", required_argument, NULL, ARG_SCAN_IO_CLASS },
@@ -80,6 +86,18 @@ static int parse_argv(int argc, char *argv[]) {
                                 return -EINVAL;
                         }
                         arg_exit_idle_usec = sec * 1000000;
+                        break;
+                }
+                case ARG_MAX_MESSAGE_SIZE: {
+                        uint64_t n;
+
+                        /* Room for any one object (see SUBVOLUME_PATH_MAX),
+                         * and no more than the D-Bus specification allows. */
+                        if (parse_size(optarg, &n) < 0 || n < (1u << 20) || n > (128u << 20)) {
+                                log_error("Invalid --max-message-size value (1M to 128M): %s", optarg);
+                                return -EINVAL;
+                        }
+                        arg_max_message_size = (size_t) n;
                         break;
                 }
                 case ARG_SCAN_MAX_MEMORY: {
@@ -151,7 +169,7 @@ int main(int argc, char *argv[]) {
          * otherwise pin a second heap. */
         mallopt(M_ARENA_MAX, 1);
 
-        r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, &arg_scan, &m);
+        r = manager_new(arg_mount_source, arg_cache_dir, arg_exit_idle_usec, arg_max_message_size, &arg_scan, &m);
         free(arg_cache_dir);
         if (r < 0) {
                 log_error_errno(r, "Failed to allocate the manager: %m");

@@ -13,7 +13,7 @@
 #include "manager.h"
 #include "util.h"
 
-int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec,
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, size_t max_message_size,
                 const ScannerOptions *scan_options, Manager **ret) {
         Manager *m = calloc(1, sizeof(Manager));
         int r;
@@ -22,6 +22,7 @@ int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_us
                 return -ENOMEM;
         m->mount_source = source;
         m->exit_idle_usec = exit_idle_usec;
+        m->max_message_size = max_message_size;
         if (cache_dir && !(m->cache_dir = strdup(cache_dir))) {
                 manager_free(m);
                 return -ENOMEM;
@@ -44,6 +45,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->idle_timer);
         watch_free(m->watch);
         scanner_free(m->scanner);
+        bus_fds_free(m->bus_fds);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
         model_free(m->model);
@@ -252,12 +254,15 @@ int manager_start(Manager *m) {
                 return log_error_errno(r, "Failed to connect to the system bus: %m");
         r = bus_manager_register(m->bus, m);
         if (r >= 0)
-                r = bus_objects_register(m->bus, &m->model);
+                r = bus_objects_register(m->bus, &m->model, m->max_message_size);
         if (r < 0)
                 return log_error_errno(r, "Failed to register D-Bus objects: %m");
         r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
         if (r < 0)
                 return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
+        r = bus_fds_new(m->bus, m->event, &m->bus_fds);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the release of passed fds: %m");
         /* Leave the loop (and exit cleanly) when the bus goes away. */
         r = sd_bus_set_exit_on_disconnect(m->bus, true);
         if (r < 0)

@@ -7,6 +7,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
+#include "bus-fds.h"
 #include "model.h"
 #include "mounts.h"
 #include "scanner.h"
@@ -19,6 +20,7 @@
 typedef struct Manager {
         sd_event *event;
         sd_bus *bus;
+        BusFds *bus_fds;       /* lets go of the fds clients pass */
         Model *model;          /* what the bus publishes; replaced whole by a refresh */
         MountSource mount_source;
         char *cache_dir;       /* where the usage cache lives; NULL: not persisted */
@@ -29,13 +31,14 @@ typedef struct Manager {
         sd_event_source *refresh_timer;  /* the next refresh, when one is due */
         uint64_t last_refresh;           /* CLOCK_MONOTONIC */
         uint64_t exit_idle_usec;         /* 0: never exit when idle */
+        size_t max_message_size;         /* see bus_objects_register() */
         uint64_t last_activity;          /* CLOCK_MONOTONIC, of the last bus message */
         sd_event_source *idle_timer;
 } Manager;
 
 /* @cache_dir may be NULL (no persistent usage and scan caches);
  * @exit_idle_usec 0 keeps the daemon running. */
-int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec,
+int manager_new(MountSource source, const char *cache_dir, uint64_t exit_idle_usec, size_t max_message_size,
                 const ScannerOptions *scan_options, Manager **ret);
 Manager *manager_free(Manager *m);
 static inline void manager_freep(Manager **m) {
