@@ -184,9 +184,24 @@ static int property_version(sd_bus *bus, const char *path, const char *interface
         return sd_bus_message_append(reply, "s", PROJECT_VERSION);
 }
 
+static int property_filesystems(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        const Model *model = ((Manager *) userdata)->model;
+        char buf[BUS_OBJECT_PATH_MAX];
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "o");
+        for (size_t i = 0; r >= 0 && model && i < model->n_filesystems; i++)
+                r = sd_bus_message_append(reply, "o", bus_filesystem_path(model->filesystems[i], buf));
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        return r;
+}
+
 static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Version", "s", property_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("Filesystems", "ao", property_filesystems, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("GetSubvolumeByFd", SD_BUS_ARGS("h", fd), SD_BUS_RESULT("o", subvolume),
                                 method_get_subvolume_by_fd, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetStatfsByFd", SD_BUS_ARGS("h", fd), SD_BUS_RESULT("o", subvolume, "a{sv}", statfs),

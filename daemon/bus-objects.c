@@ -654,6 +654,8 @@ static void emit_subvolume_changes(sd_bus *bus, const Filesystem *old, const Fil
 
 void bus_objects_emit_changes(sd_bus *bus, const Model *old, const Model *new) {
         char buf[BUS_OBJECT_PATH_MAX];
+        bool set_changed = false;
+        int r;
 
         for (size_t i = 0; old && i < old->n_filesystems; i++) {
                 const Filesystem *a = old->filesystems[i];
@@ -661,16 +663,23 @@ void bus_objects_emit_changes(sd_bus *bus, const Model *old, const Model *new) {
                 if (!model_find_filesystem(new, a->uuid)) {
                         emit_subvolume_changes(bus, a, NULL);
                         emit_removed(bus, bus_filesystem_path(a, buf), SUBVOLD_IFACE_FS);
+                        set_changed = true;
                 }
         }
         for (size_t i = 0; i < new->n_filesystems; i++) {
                 const Filesystem *b = new->filesystems[i];
                 const Filesystem *a = old ? model_find_filesystem(old, b->uuid) : NULL;
 
-                if (!a)
+                if (!a) {
                         emit_added(bus, bus_filesystem_path(b, buf), SUBVOLD_IFACE_FS, filesystem_vtable, b);
-                else if (!filesystem_equal(a, b))
+                        set_changed = true;
+                } else if (!filesystem_equal(a, b))
                         emit_changed(bus, bus_filesystem_path(b, buf), SUBVOLD_IFACE_FS);
                 emit_subvolume_changes(bus, a, b);
+        }
+        if (set_changed) {
+                r = sd_bus_emit_properties_changed(bus, SUBVOLD_MANAGER_PATH, SUBVOLD_IFACE_MANAGER, "Filesystems", NULL);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to emit PropertiesChanged for the filesystems: %m");
         }
 }
