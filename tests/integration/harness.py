@@ -7,9 +7,13 @@ btrfs-progs and the kernel, never from subvold.
 Everything a test starts is registered on an ExitStack and torn down in
 reverse order, also when the test fails."""
 
+import atexit
 import contextlib
+import ctypes
+import grp
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -19,6 +23,7 @@ import tempfile
 import threading
 import time
 import unittest
+import xml.etree.ElementTree as ET
 
 BUS_NAME = "org.subvold.Subvold1"
 MANAGER_PATH = "/org/subvold/Subvold1"
@@ -28,6 +33,7 @@ SUBVOLUME_IFACE = "org.subvold.Subvold1.Subvolume"
 
 SUBVOLD = os.environ.get("SUBVOLD_BINARY", "")
 SOURCE_DIR = os.environ.get("SUBVOLD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD_DIR = os.environ.get("SUBVOLD_BUILD_DIR", "")
 GDBUS_CLIENT = os.environ.get("SUBVOLD_GDBUS_CLIENT", "")
 SANITIZER_MARKERS = (b"ERROR: AddressSanitizer", b"ERROR: LeakSanitizer", b"runtime error:")
 
@@ -54,14 +60,47 @@ def _on_sigterm(signo, frame):
     os._exit(128 + signo)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, MS_REC, MS_PRIVATE, MNT_DETACH = 0x00020000, 0x4000, 0x40000, 2
+
+
+def _libc_call(name, *args):
+    if getattr(_libc, name)(*args) < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{name}: {os.strerror(e)}")
+
+
+def private_mount_namespace():
+    """Moves this test into a mount namespace of its own, so that the
+    daemons it starts see its mounts and none of another test's (tests run
+    in parallel, and each daemon publishes and scans every btrfs it sees).
+    btrfs mounts that were there before are detached in it, except those
+    the test needs to reach its own files through."""
+    _libc_call("unshare", CLONE_NEWNS)
+    _libc_call("mount", b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+    keep = [os.path.realpath(p) for p in (SOURCE_DIR, BUILD_DIR or SOURCE_DIR, tempfile.gettempdir(), os.getcwd())]
+    with open("/proc/self/mountinfo", "rb") as f:
+        lines = f.read().splitlines()
+    for line in reversed(lines):
+        fields = line.split(b" - ")[0].split()
+        point = fields[4].decode("unicode_escape").encode("latin-1")
+        if line.split(b" - ")[1].split()[0] != b"btrfs" or point == b"/":
+            continue
+        if any(os.fsencode(k) == point or os.fsencode(k).startswith(point + b"/") for k in keep):
+            continue
+        _libc.umount2(point, MNT_DETACH)  # gone already (nested in another one): fine
+
+
 class TestCase(unittest.TestCase):
-    """Base class: skips (exit 77 via main()) unless root; gives an ExitStack."""
+    """Base class: skips (exit 77 via main()) unless root; gives an ExitStack
+    and a mount namespace of the test's own."""
 
     def setUp(self):
         if os.geteuid() != 0:
             self.skipTest("needs root (loop devices, mounts)")
         if not SUBVOLD or not os.access(SUBVOLD, os.X_OK):
             self.fail("SUBVOLD_BINARY is not set to the built daemon")
+        private_mount_namespace()
         self.stack = contextlib.ExitStack()
         _ACTIVE_STACKS.add(self.stack)
         self.addCleanup(_ACTIVE_STACKS.discard, self.stack)
@@ -129,6 +168,66 @@ def snapshot(source, dest, readonly=False):
     run(b"btrfs", b"subvolume", b"snapshot", *([b"-r"] if readonly else []), os.fsencode(source), os.fsencode(dest))
 
 
+# ---------------------------------------------------------------- users
+
+ROOT = "root"
+
+
+def _retry_on_lock(*args):
+    """useradd and friends fail with 10 while another test holds the lock
+    on /etc/passwd; try again until they get it."""
+    result = {}
+
+    def attempt():
+        p = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        result["p"] = p
+        return p.returncode != 10
+
+    wait_for(attempt, f"the lock for {args[0]}")
+    p = result["p"]
+    if p.returncode != 0:
+        raise AssertionError(f"{args!r} failed ({p.returncode}): {p.stderr.decode(errors='replace')}")
+
+
+class Group:
+    """A local group, removed after the test."""
+    _count = 0
+
+    def __init__(self, test):
+        Group._count += 1
+        self.name = f"svg{os.getpid()}x{Group._count}"
+        _retry_on_lock("groupadd", self.name)
+        test.stack.callback(_retry_on_lock, "groupdel", self.name)
+        self.gid = grp.getgrnam(self.name).gr_gid
+
+
+class User:
+    """A real unprivileged local user, as a person has one: a passwd entry
+    (dbus-daemon wants one), its own uid, primary group and supplementary
+    groups; removed after the test.  Processes run as it switch all of
+    these, not just the uid."""
+    _count = 0
+
+    def __init__(self, test, groups=()):
+        User._count += 1
+        self.name = f"svu{os.getpid()}x{User._count}"
+        _retry_on_lock("useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin",
+                       *(["--groups", ",".join(g.name for g in groups)] if groups else []), self.name)
+        test.stack.callback(_retry_on_lock, "userdel", self.name)
+        pw = pwd.getpwnam(self.name)
+        self.uid, self.gid = pw.pw_uid, pw.pw_gid
+        self.groups = os.getgrouplist(self.name, self.gid)
+
+    def process_args(self):
+        """What subprocess.run()/Popen() need to run a command as this user."""
+        return dict(user=self.uid, group=self.gid, extra_groups=self.groups)
+
+
+def as_user(user):
+    """subprocess arguments for @user: a User, or ROOT for root."""
+    return {} if user == ROOT else user.process_args()
+
+
 # ---------------------------------------------------------------- the bus
 
 ALLOW_ALL_POLICY = """
@@ -140,20 +239,52 @@ ALLOW_ALL_POLICY = """
   </policy>
 """
 
+_installed = {}
+
+
+def installed_tree():
+    """(destdir, prefix) of `meson install --destdir` of the build under
+    test, made once per process: the bus policy and activation file exactly
+    as they ship."""
+    if not _installed:
+        dest = tempfile.mkdtemp(prefix="subvold-install-")
+        atexit.register(shutil.rmtree, dest, ignore_errors=True)
+        run("meson", "install", "-C", BUILD_DIR, "--no-rebuild", "--quiet", "--destdir", dest)
+        options = json.loads(run("meson", "introspect", "--buildoptions", BUILD_DIR))
+        _installed.update(dest=dest, prefix=next(o["value"] for o in options if o["name"] == "prefix"))
+    return _installed["dest"], _installed["prefix"]
+
+
+def installed_policy_dir():
+    dest, prefix = installed_tree()
+    return f"{dest}{prefix}/share/dbus-1/system.d"
+
+
+def system_bus_policy():
+    """The policies and limits of this machine's real system bus
+    (/usr/share/dbus-1/system.conf): a default that denies method calls,
+    as a real system bus does."""
+    root = ET.parse("/usr/share/dbus-1/system.conf").getroot()
+    return "\n".join(ET.tostring(e, encoding="unicode") for e in root if e.tag in ("policy", "limit"))
+
 
 class Bus:
-    """A private dbus-daemon of type system.  With shipped_policy=True it
-    denies by default like the real system bus and includes subvold's own
-    policy file; otherwise it allows everything."""
+    """A private dbus-daemon of type system.  With shipped_policy=True its
+    configuration is this machine's system bus policy plus exactly the
+    files `meson install` puts in share/dbus-1/system.d; otherwise it
+    allows everything.  @limits: extra <limit>s, name -> value.
 
-    def __init__(self, test, shipped_policy=True, servicedir=None):
+    Clients run as an unprivileged user made for the bus (self.client)
+    unless a call says user=ROOT."""
+
+    def __init__(self, test, shipped_policy=True, servicedir=None, limits=None):
         self.socket = test.path("system_bus_socket")
         conf = test.path("bus.conf")
         if shipped_policy:
-            policy = "".join(f"<include>{os.path.join(SOURCE_DIR, f)}</include>\n" for f in
-                             ("tests/data/system-default-policy.conf", "dbus/org.subvold.Subvold1.conf"))
+            policy = system_bus_policy() + f"\n<includedir>{installed_policy_dir()}</includedir>\n"
         else:
             policy = ALLOW_ALL_POLICY
+        policy += "".join(f'<limit name="{k}">{v}</limit>\n' for k, v in (limits or {}).items())
         with open(conf, "w") as f:
             f.write(f"""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -174,11 +305,20 @@ class Bus:
         wait_for(lambda: os.path.exists(self.socket), "dbus-daemon socket")
         self.address = "unix:path=" + self.socket
         self.env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.address)
+        self.client = User(test)
+
+    def run(self, *args, user=None, check=False):
+        """Runs a client command on this bus as @user (default: self.client);
+        returns the CompletedProcess."""
+        p = subprocess.run(list(args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           **as_user(user or self.client))
+        if check and p.returncode != 0:
+            raise AssertionError(f"{args!r} failed ({p.returncode}): {p.stderr.decode(errors='replace')}")
+        return p
 
     def busctl(self, *args, check=True, user=None):
         """Runs busctl against this bus; returns (returncode, stdout, stderr)."""
-        p = subprocess.run(["busctl", "--system", *args], env=self.env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, user=user, group=user, extra_groups=[] if user else None)
+        p = self.run("busctl", "--system", *args, user=user)
         if check and p.returncode != 0:
             raise AssertionError(f"busctl {' '.join(args)}: {p.stderr.decode(errors='replace')}")
         return p.returncode, p.stdout, p.stderr
@@ -191,14 +331,26 @@ class Bus:
             raise BusError(err.decode(errors="replace").strip())
         return json.loads(out)["data"] if out.strip() else None
 
-    def managed_objects(self):
-        data = self.call(MANAGER_PATH, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects")
+    def managed_objects(self, user=None):
+        data = self.call(MANAGER_PATH, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects", user=user)
         return {path: {iface: {k: v["data"] for k, v in props.items()} for iface, props in ifaces.items()}
                 for path, ifaces in data[0].items()}
 
-    def get(self, path, iface, prop):
-        rc, out, err = self.busctl("--json=short", "get-property", BUS_NAME, path, iface, prop)
+    def get(self, path, iface, prop, user=None):
+        rc, out, err = self.busctl("--json=short", "get-property", BUS_NAME, path, iface, prop, user=user)
         return json.loads(out)["data"]
+
+    def error_name(self, path, iface, method, *args, user=None):
+        """Calls a method that must fail with gdbus, which reports the error's
+        D-Bus name (busctl does not); returns that name."""
+        p = self.run("gdbus", "call", "--system", "--dest", BUS_NAME, "--object-path", path, "--method",
+                     f"{iface}.{method}", *args, user=user)
+        if p.returncode == 0:
+            raise AssertionError(f"{method} succeeded: {p.stdout!r}")
+        m = re.search(r"GDBus\.Error:([\w.]+)", p.stderr.decode(errors="replace"))
+        if not m:
+            raise AssertionError(f"no D-Bus error name in: {p.stderr!r}")
+        return m[1]
 
 
 class BusError(Exception):

@@ -68,7 +68,7 @@ class ClientsTest(TestCase):
         super().tearDown()
 
     def ctl(self, *args, rc=0):
-        p = subprocess.run([SUBVOLCTL, *args], env=self.bus.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = self.bus.run(SUBVOLCTL, *args)
         self.assertEqual(p.returncode, rc, f"subvolctl {args}: {p.stderr.decode(errors='replace')}")
         return p.stdout.decode(), p.stderr.decode()
 
@@ -151,7 +151,8 @@ class ClientsTest(TestCase):
         self.assertIn("subvold is not running", err)
 
     def test_monitor(self):
-        mon = subprocess.Popen([SUBVOLCTL, "--json", "monitor"], env=self.bus.env, stdout=subprocess.PIPE, text=True)
+        mon = subprocess.Popen([SUBVOLCTL, "--json", "monitor"], env=self.bus.env, stdout=subprocess.PIPE, text=True,
+                               **self.bus.client.process_args())
         self.stack.callback(mon.stdout.close)
         self.stack.callback(mon.wait)
         self.stack.callback(mon.terminate)
@@ -221,7 +222,7 @@ class ClientsTest(TestCase):
             self.assertEqual(served.get(sample), value, sample)
 
     def test_gdbus_codegen_file_manager(self):
-        out = run(FILE_MANAGER, f"{self.mnt}/vol/file", env=self.bus.env).decode()
+        out = self.bus.run(FILE_MANAGER, f"{self.mnt}/vol/file", check=True).stdout.decode()
         facts = {}
         for line in out.splitlines():
             k, v = line.split(" ", 1)
@@ -233,7 +234,7 @@ class ClientsTest(TestCase):
         self.assertEqual(int(facts["referenced"][0]), qgroup_show(self.mnt)[vol][0])
         self.assertEqual(set(facts["snapshot-of-it"]),
                          {f"{self.fs.object_path}/{i}" for i in self.ids("snap-ro", "snap-rw")})
-        out = run(FILE_MANAGER, f"{self.mnt}/snap-ro/file", env=self.bus.env).decode()
+        out = self.bus.run(FILE_MANAGER, f"{self.mnt}/snap-ro/file", check=True).stdout.decode()
         self.assertIn("snapshot yes", out)
         self.assertNotIn("snapshot-of-it", out)
 

@@ -118,7 +118,7 @@ class DaemonTest(TestCase):
             os.fsencode(self.mnt) + b"/snap \xff")
         run("busctl", "--system", "call", BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager",
             "Refresh", env=bus.env)
-        out = run(GDBUS_CLIENT, "objects", env=bus.env).decode().splitlines()
+        out = bus.run(GDBUS_CLIENT, "objects", check=True).stdout.decode().splitlines()
         rows = {}
         for line in out:
             path, sid, snap, ro, source, path_hex = line.split(" ")

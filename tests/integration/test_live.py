@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from harness import (BUS_NAME, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus,
+from harness import (ROOT, BUS_NAME, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus,
                      BusError, Daemon, Monitor, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run, snapshot,
                      subvolume_create, wait_for)
 
@@ -206,7 +206,7 @@ class LiveTest(TestCase):
         other = Btrfs(self, "gone")
         for i in range(20):
             other.mount(self.path("gone"))
-            self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+            self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh", user=ROOT)
             other.umount(self.path("gone"))
         settle()
         time.sleep(1.5)  # no refresh pending any more

@@ -13,7 +13,7 @@ import re
 import subprocess
 import threading
 
-from harness import (FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
+from harness import (ROOT, FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
                      btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for)
 
 KiB = 1 << 10
@@ -200,7 +200,7 @@ class ScanTest(TestCase):
         return self.daemon
 
     def refresh(self):
-        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh", user=ROOT)
 
     def published(self, fs):
         """{subvolume id: Subvolume properties} of @fs as the bus shows them."""

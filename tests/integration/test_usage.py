@@ -8,7 +8,7 @@ import os
 import struct
 import subprocess
 
-from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus, Churn, Daemon,
+from harness import (ROOT, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus, Churn, Daemon,
                      TestCase, btrfs_rootid, main, run, snapshot, subvolume_create, wait_for)
 
 UNKNOWN = 2**64 - 1
@@ -64,7 +64,7 @@ class UsageTest(TestCase):
         return {p: v for p, v in self.bus.managed_objects().items() if p.startswith(self.fs.object_path)}
 
     def refresh(self):
-        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh")
+        self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh", user=ROOT)
 
     def statfs(self, path):
         return {k: v["data"] for k, v in self.bus.call(path, SUBVOLUME_IFACE, "GetStatfs")[0].items()}
@@ -151,7 +151,8 @@ class UsageTest(TestCase):
         self.assertEqual((sf["blocks"], sf["bfree"], sf["bavail"]), (st.f_blocks, st.f_bfree, st.f_bavail))
 
         # The same through an fd, as a GLib client asks.
-        out = run(GDBUS_CLIENT, "statfs-by-fd", f"{self.mnt}/vol/data", env=self.bus.env).decode().split()
+        p = self.bus.run(GDBUS_CLIENT, "statfs-by-fd", f"{self.mnt}/vol/data", check=True)
+        out = p.stdout.decode().split()
         self.assertEqual(out[:2], ["ok", self.subvolume("vol")])
         fields = dict(kv.split("=", 1) for kv in out[2:])
         self.assertEqual(int(fields["blocks"].split()[-1]), (100 << 20) // bs)
