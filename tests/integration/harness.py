@@ -273,11 +273,13 @@ class Bus:
     configuration is this machine's system bus policy plus exactly the
     files `meson install` puts in share/dbus-1/system.d; otherwise it
     allows everything.  @limits: extra <limit>s, name -> value.
+    @local_policy: a drop-in (a whole busconfig document) read last, as
+    /etc/dbus-1/system.d is on a real system.
 
     Clients run as an unprivileged user made for the bus (self.client)
     unless a call says user=ROOT."""
 
-    def __init__(self, test, shipped_policy=True, servicedir=None, limits=None):
+    def __init__(self, test, shipped_policy=True, servicedir=None, limits=None, local_policy=None):
         self.socket = test.path("system_bus_socket")
         conf = test.path("bus.conf")
         if shipped_policy:
@@ -285,6 +287,11 @@ class Bus:
         else:
             policy = ALLOW_ALL_POLICY
         policy += "".join(f'<limit name="{k}">{v}</limit>\n' for k, v in (limits or {}).items())
+        if local_policy:
+            os.mkdir(test.path("local.d"))
+            with open(test.path("local.d", "local.conf"), "w") as f:
+                f.write(local_policy)
+            policy += f"<includedir>{test.path('local.d')}</includedir>\n"
         with open(conf, "w") as f:
             f.write(f"""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
