@@ -5,11 +5,11 @@ set -euo pipefail
 
 PACKAGES=(
 	# build
-	meson ninja-build pkg-config gcc libc6-dev libsystemd-dev libbtrfsutil-dev libglib2.0-dev
+	meson ninja-build pkg-config gcc libc6-dev libsystemd-dev libbtrfsutil-dev libglib2.0-dev libfuse3-dev
 	# run and inspect: busctl, systemd-analyze, a bus, btrfs tools
 	systemd dbus-daemon dbus-bin btrfs-progs util-linux mount
 	# tests: gdbus, python3 (meson needs it anyway), a systemd container
-	libglib2.0-bin python3 debootstrap systemd-container prometheus-node-exporter
+	libglib2.0-bin python3 debootstrap systemd-container prometheus-node-exporter fuse3
 	# benchmark
 	hyperfine
 )

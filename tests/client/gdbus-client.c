@@ -10,6 +10,11 @@
  *                                  "error NAME"; KIND: file, opath, pipe, socket,
  *                                  or no-fd (a handle that points to no fd)
  *   gdbus-client statfs-by-fd FILE GetStatfsByFd; prints "ok OBJECT KEY=VALUE..."
+ *   gdbus-client long-path PREFIX LENGTH
+ *                                  GetSubvolumeByPath with PREFIX followed by
+ *                                  "/a" up to LENGTH bytes (as long as the bus
+ *                                  allows: longer than any command line);
+ *                                  prints "ok OBJECT" or "error NAME"
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -98,12 +103,32 @@ static void print_dict(GVariant *dict) {
         putchar('\n');
 }
 
+static int print_reply(GVariant *reply, GError *error) {
+        const char *object;
+
+        if (!reply) {
+                g_autofree char *name = g_dbus_error_get_remote_error(error);
+                printf("error %s\n", name ? name : "(local)");
+                fprintf(stderr, "%s\n", error->message);
+                return 0;
+        }
+        if (g_variant_is_of_type(reply, G_VARIANT_TYPE("(oa{sv})"))) {
+                g_autoptr(GVariant) dict = NULL;
+                g_variant_get(reply, "(&o@a{sv})", &object, &dict);
+                printf("ok %s", object);
+                print_dict(dict);
+                return 0;
+        }
+        g_variant_get(reply, "(&o)", &object);
+        printf("ok %s\n", object);
+        return 0;
+}
+
 static int by_fd(const char *method, const char *kind, const char *file) {
         g_autoptr(GError) error = NULL;
         g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
         g_autoptr(GUnixFDList) fds = g_unix_fd_list_new();
         g_autoptr(GVariant) reply = NULL;
-        const char *object;
         int fd, index;
 
         if (!bus) {
@@ -131,22 +156,25 @@ call:
         reply = g_dbus_connection_call_with_unix_fd_list_sync(
                 bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager", method,
                 g_variant_new("(h)", index), NULL, G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds, NULL, NULL, &error);
-        if (!reply) {
-                g_autofree char *name = g_dbus_error_get_remote_error(error);
-                printf("error %s\n", name ? name : "(local)");
-                fprintf(stderr, "%s\n", error->message);
-                return 0;
+        return print_reply(reply, error);
+}
+
+static int long_path(const char *prefix, size_t length) {
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
+        g_autoptr(GString) path = g_string_new(prefix);
+        g_autoptr(GVariant) reply = NULL;
+
+        if (!bus) {
+                fprintf(stderr, "bus: %s\n", error->message);
+                return 1;
         }
-        if (g_variant_is_of_type(reply, G_VARIANT_TYPE("(oa{sv})"))) {
-                g_autoptr(GVariant) dict = NULL;
-                g_variant_get(reply, "(&o@a{sv})", &object, &dict);
-                printf("ok %s", object);
-                print_dict(dict);
-                return 0;
-        }
-        g_variant_get(reply, "(&o)", &object);
-        printf("ok %s\n", object);
-        return 0;
+        while (path->len + 2 <= length)
+                g_string_append(path, "/a");
+        reply = g_dbus_connection_call_sync(bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager",
+                                            "GetSubvolumeByPath", g_variant_new("(s)", path->str), NULL,
+                                            G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, NULL, &error);
+        return print_reply(reply, error);
 }
 
 int main(int argc, char *argv[]) {
@@ -156,6 +184,8 @@ int main(int argc, char *argv[]) {
                 return by_fd("GetSubvolumeByFd", argv[2], argc >= 4 ? argv[3] : NULL);
         if (argc >= 3 && g_str_equal(argv[1], "statfs-by-fd"))
                 return by_fd("GetStatfsByFd", "file", argv[2]);
-        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE\n", argv[0]);
+        if (argc >= 4 && g_str_equal(argv[1], "long-path"))
+                return long_path(argv[2], strtoul(argv[3], NULL, 10));
+        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE | long-path PREFIX LENGTH\n", argv[0]);
         return 2;
 }

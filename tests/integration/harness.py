@@ -115,12 +115,12 @@ class TestCase(unittest.TestCase):
 class Btrfs:
     """A btrfs filesystem on its own loop device."""
 
-    def __init__(self, test, name, size="512M", label=None):
+    def __init__(self, test, name, size="512M", label=None, uuid=None):
         self.test = test
         self.image = test.path(name + ".img")
         with open(self.image, "wb") as f:
             f.truncate(_parse_size(size))
-        run("mkfs.btrfs", "-q", *(["-L", label] if label else []), self.image)
+        run("mkfs.btrfs", "-q", *(["-L", label] if label else []), *(["-U", uuid] if uuid else []), self.image)
         self.device = run("losetup", "--find", "--show", self.image).decode().strip()
         test.stack.callback(run, "losetup", "-d", self.device, check=False)
         self.uuid = run("blkid", "-p", "-o", "value", "-s", "UUID", self.device).decode().strip()
@@ -597,8 +597,8 @@ def root_items(device):
 
 
 def display_path(path):
-    """DisplayPath as the XML specifies it: invalid UTF-8 bytes and ASCII
-    control characters as \\xNN."""
+    """DisplayPath as the XML specifies it: invalid UTF-8 bytes, ASCII
+    control characters and the bytes of Unicode noncharacters as \\xNN."""
     out = []
     i = 0
     while i < len(path):
@@ -610,9 +610,11 @@ def display_path(path):
                 continue
         else:
             ch = None
-        if ch is None or (len(ch) == 1 and (ord(ch) < 0x20 or ord(ch) == 0x7f)):
-            out.append("\\x%02x" % path[i])
-            i += 1
+        code = ord(ch) if ch else None
+        if ch is None or code < 0x20 or code == 0x7f or 0xfdd0 <= code <= 0xfdef or code & 0xfffe == 0xfffe:
+            n = 1 if ch is None else len(ch.encode())
+            out.extend("\\x%02x" % b for b in path[i:i + n])
+            i += n
         else:
             out.append(ch)
             i += len(ch.encode())

@@ -5,6 +5,7 @@ usage cache, against btrfs-progs (`btrfs qgroup show --raw`) and statvfs()."""
 
 import fcntl
 import os
+import stat
 import struct
 import subprocess
 
@@ -204,7 +205,8 @@ class UsageTest(TestCase):
         self.start()
         first = self.objects()
         self.daemon.stop()
-        self.assertTrue(os.path.isfile(os.path.join(self.cache, "usage.cache")))
+        # Written, and readable by root alone (whatever the umask).
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.cache, "usage.cache")).st_mode), 0o600)
         # Nothing changed: the restarted daemon serves the cached figures
         # (same read time) without reading quotas again.
         self.start()

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Breaks subvold on purpose, one promise at a time, and says which tests
+notice.
+
+usage: tools/mutations.py [--list] [NAME...]
+
+Each mutation is the smallest change to the code that breaks one promise
+the README makes.  For each (or each NAME given), a scratch clone of this
+checkout's HEAD is changed, built, and the tests that hold the promise are
+run; a mutation whose tests all pass is MISSED, and the run exits 1.
+tests/README.md lists the same table.  Needs root, like the suite; not run
+by CI (it takes a while: one build and a few tests per mutation).
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (file, text to find (exactly once), replacement, tests that must fail)
+MUTATIONS = {
+    "policy-statfs-closed": (
+        "dbus/org.subvold.Subvold1.conf",
+        '''           send_interface="org.subvold.Subvold1.Subvolume"
+           send_member="GetStatfs"/>''',
+        '''           send_interface="org.subvold.Subvold1.Subvolume"
+           send_member="GetStatfsNot"/>''',
+        ["test_access"]),
+    "xml-refresh-for-everyone": (
+        "dbus/org.subvold.Subvold1.xml",
+        '''<method name="Refresh">
+      <annotation name="org.subvold.Subvold1.CallableBy" value="root"/>''',
+        '''<method name="Refresh">
+      <annotation name="org.subvold.Subvold1.CallableBy" value="everyone"/>''',
+        ["test_access"]),
+    "noncharacters-unescaped": (
+        "daemon/model.c",
+        " || (c >= 0xfdd0 && c <= 0xfdef) || (c & 0xfffe) == 0xfffe)",
+        ")",
+        ["test_hostile"]),
+    "label-unescaped": (
+        "daemon/bus-objects.c",
+        "s = display_escape(fs->label);",
+        "s = strdup(fs->label);",
+        ["test_hostile"]),
+    "fd-matched-by-fold": (
+        "daemon/bus-manager.c",
+        "fs = model_find_filesystem(m->model, id.fsid);",
+        "fs = NULL;\n        for (size_t k = 0; !fs && k < m->model->n_filesystems; k++) {\n"
+        "                const uint8_t *u = m->model->filesystems[k]->uuid;\n"
+        "                bool same = true;\n"
+        "                for (size_t b = 0; b < 8; b++)\n"
+        "                        same = same && (u[b] ^ u[b + 8]) == (id.fsid[b] ^ id.fsid[b + 8]);\n"
+        "                if (same)\n"
+        "                        fs = m->model->filesystems[k];\n"
+        "        }",
+        ["test_hostile"]),
+    "one-deep-subvolume-fails-all": (
+        "daemon/fs-btrfs.c",
+        "                if (e->failed) {\n                        if (skipped++ == 0)",
+        "                if (e->failed) {\n                        return -ENAMETOOLONG;\n                        if (skipped++ == 0)",
+        ["test_hostile"]),
+    "path-max-not-checked": (
+        "daemon/bus-manager.c",
+        "if (strlen(path) >= PATH_MAX)",
+        "if (strlen(path) >= SIZE_MAX)",
+        ["test_hostile"]),
+    "fds-closed-in-the-loop": (
+        "daemon/manager.c",
+        "r = bus_fds_new(m->bus, m->event, &m->bus_fds);",
+        "r = 0;",
+        ["test_hostile"]),
+    "cache-world-readable": (
+        "daemon/cache-file.c",
+        "if (fchmod(fd, 0600) < 0",
+        "if (fchmod(fd, 0644) < 0",
+        ["test_usage"]),
+}
+
+
+def sh(*args, **kw):
+    return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+
+
+def try_mutation(name, scratch):
+    path, old, new, tests = MUTATIONS[name]
+    sh("git", "checkout", "-q", "--", ".", cwd=scratch)
+    with open(os.path.join(scratch, path)) as f:
+        text = f.read()
+    if text.count(old) != 1:
+        return "STALE (the text to change is not there exactly once)"
+    with open(os.path.join(scratch, path), "w") as f:
+        f.write(text.replace(old, new))
+    build = os.path.join(scratch, "build")
+    p = sh("meson", "compile", "-C", build)
+    if p.returncode != 0:
+        return "BUILD FAILED (make the mutation compile)"
+    p = sh("meson", "test", "-C", build, "--no-rebuild", *tests)
+    return "caught" if p.returncode != 0 else "MISSED"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="list the mutations and their tests")
+    parser.add_argument("names", nargs="*", help="mutations to try (default: all)")
+    args = parser.parse_args()
+    if args.list:
+        for name, (path, _, _, tests) in MUTATIONS.items():
+            print(f"{name:32} {path:32} {' '.join(tests)}")
+        return 0
+    names = args.names or list(MUTATIONS)
+    unknown = [n for n in names if n not in MUTATIONS]
+    if unknown:
+        parser.error(f"unknown mutation(s): {' '.join(unknown)}")
+    scratch = tempfile.mkdtemp(prefix="subvold-mutations-")
+    try:
+        sh("git", "clone", "-q", REPO, scratch, check=True)
+        p = sh("meson", "setup", os.path.join(scratch, "build"), scratch)
+        if p.returncode != 0:
+            print(p.stdout.decode(errors="replace"), file=sys.stderr)
+            return 2
+        missed = 0
+        for name in names:
+            result = try_mutation(name, scratch)
+            missed += result != "caught"
+            print(f"{name:32} {result}", flush=True)
+        return 1 if missed else 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
