@@ -76,29 +76,36 @@ static int find_subvolume(sd_bus *bus, const char *path, const char *interface, 
         return 1;
 }
 
+/* The direct children of @prefix, the path being introspected: the
+ * filesystems below .../fs, a filesystem's subvolumes below it.  sd-bus
+ * would list every descendant as a child otherwise, so that a generic
+ * client saw each subvolume twice and one Introspect grew with all of
+ * them. */
 static int enumerate_objects(sd_bus *bus, const char *prefix, void *userdata, char ***ret_nodes,
                              sd_bus_error *error) {
-        Model **model = userdata;
+        const Model *model = *(Model **) userdata;
         _cleanup_strv_free_ char **nodes = NULL;
         char buf[BUS_OBJECT_PATH_MAX];
-        size_t n = 0, total = 0;
+        Filesystem *fs = NULL;
+        Subvolume *sv = NULL;
+        size_t n = 0;
 
-        if (!*model)
+        if (!model)
                 return 0;
-        for (size_t i = 0; i < (*model)->n_filesystems; i++)
-                total += 1 + (*model)->filesystems[i]->n_subvolumes;
-        nodes = calloc(total + 1, sizeof(char *));
+        if (streq(prefix, SUBVOLD_FS_PREFIX)) {
+                nodes = calloc(model->n_filesystems + 1, sizeof(char *));
+                for (size_t i = 0; nodes && i < model->n_filesystems; i++)
+                        if (!(nodes[n++] = strdup(bus_filesystem_path(model->filesystems[i], buf))))
+                                return -ENOMEM;
+        } else if (bus_objects_lookup(model, prefix, &fs, &sv) == 1) {
+                nodes = calloc(fs->n_subvolumes + 1, sizeof(char *));
+                for (size_t i = 0; nodes && i < fs->n_subvolumes; i++)
+                        if (!(nodes[n++] = strdup(bus_subvolume_path(&fs->subvolumes[i], buf))))
+                                return -ENOMEM;
+        } else
+                return 0;
         if (!nodes)
                 return -ENOMEM;
-        for (size_t i = 0; i < (*model)->n_filesystems; i++) {
-                const Filesystem *fs = (*model)->filesystems[i];
-
-                if (!(nodes[n++] = strdup(bus_filesystem_path(fs, buf))))
-                        return -ENOMEM;
-                for (size_t j = 0; j < fs->n_subvolumes; j++)
-                        if (!(nodes[n++] = strdup(bus_subvolume_path(&fs->subvolumes[j], buf))))
-                                return -ENOMEM;
-        }
         *ret_nodes = TAKE_PTR(nodes);
         return 1;
 }

@@ -108,6 +108,13 @@ class DaemonTest(TestCase):
         # The ObjectManager is where clients expect it.
         _, out, _ = bus.busctl("introspect", "--xml-interface", BUS_NAME, MANAGER_PATH)
         self.assertIn("org.freedesktop.DBus.ObjectManager", out.decode())
+        # A generic client walking the tree sees each object once.
+        out = bus.run("gdbus", "introspect", "--system", "--dest", BUS_NAME, "--object-path", MANAGER_PATH,
+                      "--recurse", "--only-properties", check=True).stdout.decode()
+        walked = re.findall(r"^\s*node (\S+) \{", out, re.M)
+        self.assertEqual(len(walked), len(set(walked)), "objects listed twice")
+        self.assertEqual({p for p in walked if p.startswith(MANAGER_PATH + "/fs/")},
+                         set(bus.managed_objects()))
         daemon.stop()
 
     def test_gdbus_client_reads_objects(self):
