@@ -8,19 +8,25 @@ through D-Bus activation and the shipped unit, hardening unchanged; it
 lists the filesystem's subvolumes right; systemd-analyze security rates
 the unit's exposure 2.0 or better."""
 
+import errno
 import glob
+import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 from harness import SOURCE_DIR, Btrfs, TestCase, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for
 
-ROOT_CACHE = os.environ.get("SUBVOLD_TEST_ROOT_CACHE", "/var/tmp/subvold-test-root")
 PACKAGES = "systemd,systemd-sysv,dbus,libsystemd0,libbtrfsutil1,btrfs-progs"
+DEBOOTSTRAP_ARGS = ["--variant=minbase", f"--include={PACKAGES}", "bookworm"]
+# Cached between runs under a name derived from what makes it, so a change
+# of packages, options or release builds a new one.
+ROOT_CACHE_PREFIX = os.environ.get("SUBVOLD_TEST_ROOT_CACHE", "/var/tmp/subvold-test-root") + "-"
+ROOT_CACHE = ROOT_CACHE_PREFIX + hashlib.sha256(json.dumps(DEBOOTSTRAP_ARGS).encode()).hexdigest()[:16]
 MAX_EXPOSURE = 2.0
 
 
@@ -40,16 +46,34 @@ def debian_mirror():
 
 
 def cached_root():
-    """A pristine bookworm root, made once and kept for later runs."""
-    if os.path.exists(os.path.join(ROOT_CACHE, ".complete")):
+    """A pristine Debian root made by debootstrap with DEBOOTSTRAP_ARGS, built
+    once per ROOT_CACHE.  Built aside and renamed into place, so that a run
+    cut short leaves nothing half made, and concurrent runs each find either
+    no root or a whole one."""
+    if os.path.isdir(ROOT_CACHE):
         return ROOT_CACHE
-    tmp = ROOT_CACHE + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    run("debootstrap", "--variant=minbase", f"--include={PACKAGES}", "bookworm", tmp, debian_mirror())
-    shutil.rmtree(ROOT_CACHE, ignore_errors=True)
-    os.rename(tmp, ROOT_CACHE)
-    open(os.path.join(ROOT_CACHE, ".complete"), "w").close()
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(ROOT_CACHE) + ".tmp-", dir=os.path.dirname(ROOT_CACHE))
+    os.chmod(tmp, 0o755)  # it becomes the container's /
+    try:
+        run("debootstrap", *DEBOOTSTRAP_ARGS, tmp, debian_mirror())
+        os.rename(tmp, ROOT_CACHE)
+    except OSError as e:
+        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):  # else another run was first
+            raise
+    finally:
+        remove_tree(tmp)
+    # Roots made from other arguments are stale now.
+    for stale in glob.glob(ROOT_CACHE_PREFIX + "[0-9a-f]" * 16):
+        if stale != ROOT_CACHE:
+            remove_tree(stale)
     return ROOT_CACHE
+
+
+def remove_tree(path):
+    """rm -rf, but not into file systems mounted below @path: debootstrap
+    mounts /proc and /sys in its target, and one it left behind must stay
+    untouched."""
+    run("rm", "-rf", "--one-file-system", path, check=False)
 
 
 class Container:
