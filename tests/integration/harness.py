@@ -273,10 +273,7 @@ class Daemon:
         self.stderr.close()
         self.notify.close()
         with open(self.stderr_path, "rb") as f:
-            log = f.read()
-        for marker in SANITIZER_MARKERS:
-            self.test.assertNotIn(marker, log, "sanitizer report:\n" + log.decode(errors="replace"))
-        self.test.assertEqual(rc, 0, "subvold exited with %d:\n%s" % (rc, log.decode(errors="replace")))
+            assert_clean_exit(self.test, "subvold", rc, f.read())
 
     def _cleanup(self):
         if not self.stopped:
@@ -294,6 +291,14 @@ class Daemon:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
         raise KeyError(field)
+
+
+def assert_clean_exit(test, what, status, log):
+    """The end every daemon a test starts must have: exit status 0 and no
+    sanitizer report in its output (bytes)."""
+    for marker in SANITIZER_MARKERS:
+        test.assertFalse(marker in log, f"{what}: sanitizer report:\n" + log.decode(errors="replace"))
+    test.assertEqual(status, 0, f"{what} exited with {status}:\n" + log.decode(errors="replace"))
 
 
 class Churn:
