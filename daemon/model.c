@@ -307,14 +307,21 @@ int model_finish(Model *m) {
         int r;
 
         for (size_t i = 0; i < m->mounts.n_mounts; i++) {
+                const Mount *mount = &m->mounts.mounts[i];
                 Filesystem *fs = m->mount_filesystem[i];
-                size_t n;
 
-                if (!fs || !mount_table_is_reachable(&m->mounts, &m->mounts.mounts[i]))
+                if (!fs || !mount_table_is_reachable(&m->mounts, mount))
                         continue;
-                n = strv_length(fs->mount_points);
-                if (strv_extend(&fs->mount_points, &n, m->mounts.mounts[i].point) < 0)
-                        return -ENOMEM;
+                /* The host's view: systemd's binds in subvold's private
+                 * namespace are no mount points (see Mount.rebind).  The
+                 * paths through them are the host's paths, so they still
+                 * count for AccessPaths. */
+                if (!mount->rebind) {
+                        size_t n = strv_length(fs->mount_points);
+
+                        if (strv_extend(&fs->mount_points, &n, mount->point) < 0)
+                                return -ENOMEM;
+                }
                 r = model_add_access_paths(m, i);
                 if (r < 0)
                         return r;

@@ -36,23 +36,42 @@ static int mount_table_add(MountTable *t, Mount *m) {
         return 0;
 }
 
+/* @m's parent mount, or NULL when it is not in the table (or is @m). */
+static const Mount *mount_table_parent(const MountTable *t, const Mount *m) {
+        for (size_t i = 0; i < t->n_mounts; i++)
+                if (&t->mounts[i] != m && t->mounts[i].id == m->parent_id)
+                        return &t->mounts[i];
+        return NULL;
+}
+
 /* The root is the mount on "/" whose parent is not in the table (or is
  * itself); of several, the last one (stacked mounts on "/" are children). */
 static int mount_table_find_root(MountTable *t) {
-        for (size_t i = 0; i < t->n_mounts; i++) {
-                const Mount *m = &t->mounts[i];
-                bool parent_known = false;
-
-                if (!streq(m->point, "/"))
-                        continue;
-                for (size_t j = 0; j < t->n_mounts && !parent_known; j++)
-                        parent_known = j != i && t->mounts[j].id == m->parent_id;
-                if (!parent_known) {
+        for (size_t i = 0; i < t->n_mounts; i++)
+                if (streq(t->mounts[i].point, "/") && !mount_table_parent(t, &t->mounts[i])) {
                         t->root_index = i;
                         return 0;
                 }
-        }
         return -ENOENT;
+}
+
+/* See Mount.rebind.  It leads nowhere new, and inside the private namespace
+ * nothing tells systemd's from the same bind made on the host: both are
+ * slaves of the host's peer group, as their parent is, and the host's table
+ * (/proc/1/mountinfo) is hidden by ProtectProc=.  So under the unit a rebind
+ * the host has is left out too; in the host's own namespace (no master) it
+ * counts. */
+static bool mount_is_rebind(const Mount *m, const Mount *parent) {
+        const char *below, *root_below;
+
+        if (!parent || m->master == 0 || m->master != parent->master ||
+            parent->dev_major != m->dev_major || parent->dev_minor != m->dev_minor)
+                return false;
+        below = path_startswith(m->point, parent->point);
+        root_below = path_startswith(m->root, parent->root);
+        /* Stacked on the parent's own mount point, it is a mount point the
+         * host has anyway. */
+        return below && *below && root_below && streq(below, root_below);
 }
 
 /* Hands a complete table over to *ret once its root is found; frees it
@@ -66,8 +85,12 @@ static int mount_table_finish(MountTable *t, MountTable *ret) {
         }
         /* Once here rather than on every use: the generation timer asks
          * twice a second, and each answer walks the mount tree. */
-        for (size_t i = 0; i < t->n_mounts; i++)
-                t->mounts[i].reachable = mount_table_resolve(t, t->mounts[i].point, NULL) == &t->mounts[i];
+        for (size_t i = 0; i < t->n_mounts; i++) {
+                Mount *m = &t->mounts[i];
+
+                m->reachable = mount_table_resolve(t, m->point, NULL) == m;
+                m->rebind = mount_is_rebind(m, mount_table_parent(t, m));
+        }
         *ret = *t;
         return 0;
 }
@@ -140,6 +163,7 @@ static int mount_table_read_listmount(MountTable *ret) {
                 m.parent_id = sm->mnt_parent_id;
                 m.dev_major = sm->sb_dev_major;
                 m.dev_minor = sm->sb_dev_minor;
+                m.master = sm->mnt_master;
                 m.is_btrfs = sm->sb_magic == BTRFS_SUPER_MAGIC;
                 m.fstype = statmount_string(sm, STATMOUNT_FS_TYPE_COMPAT, sm->fs_type);
                 m.source = statmount_string(sm, STATMOUNT_SB_SOURCE_COMPAT, sm->sb_source);
@@ -196,7 +220,7 @@ static char *next_field(char **p) {
 int mountinfo_parse_line(const char *line, Mount *ret) {
         _cleanup_free_ char *copy = strdup(line);
         char *p = copy, *f[6], *fstype, *source, *sep;
-        uint64_t id, parent;
+        uint64_t id, parent, master = 0;
         unsigned major, minor;
         Mount m = {};
 
@@ -207,9 +231,10 @@ int mountinfo_parse_line(const char *line, Mount *ret) {
         for (size_t i = 0; i < ELEMENTSOF(f); i++)
                 if (!(f[i] = next_field(&p)))
                         return -EINVAL;
-        do
-                sep = next_field(&p);
-        while (sep && !streq(sep, "-"));
+        /* the optional fields up to "-": only "master:N" is of use here */
+        while ((sep = next_field(&p)) && !streq(sep, "-"))
+                if (strncmp(sep, "master:", 7) == 0 && parse_u64(sep + 7, &master) < 0)
+                        return -EINVAL;
         fstype = next_field(&p);
         source = next_field(&p);
         if (!sep || !fstype || !source)
@@ -229,6 +254,7 @@ int mountinfo_parse_line(const char *line, Mount *ret) {
                 .parent_id = parent,
                 .dev_major = major,
                 .dev_minor = minor,
+                .master = master,
                 .is_btrfs = streq(fstype, "btrfs"),
                 .fstype = strdup(fstype),
                 .source = strdup(source),

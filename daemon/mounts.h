@@ -21,6 +21,13 @@ typedef struct Mount {
         unsigned dev_major, dev_minor;  /* the superblock's device */
         bool is_btrfs;
         bool reachable;  /* see mount_table_is_reachable() */
+        uint64_t master;  /* the peer group this mount is a slave of, or 0 */
+        /* A bind of the very directory its parent mount shows at this mount
+         * point (below the parent's), a slave of the same peer group as the
+         * parent: what systemd makes in a unit's private namespace, a copy
+         * of the host's, to change flags (CacheDirectory=, ReadWritePaths=,
+         * ...).  Not reported as a mount point (see model_finish()). */
+        bool rebind;
         char *fstype;
         char *source;
         char *root;   /* the mounted directory, as a path inside the filesystem */

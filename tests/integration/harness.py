@@ -432,10 +432,7 @@ class Daemon:
         self.stderr.close()
         self.notify.close()
         with open(self.stderr_path, "rb") as f:
-            log = f.read()
-        for marker in SANITIZER_MARKERS:
-            self.test.assertNotIn(marker, log, "sanitizer report:\n" + log.decode(errors="replace"))
-        self.test.assertEqual(rc, 0, "subvold exited with %d:\n%s" % (rc, log.decode(errors="replace")))
+            assert_clean_exit(self.test, "subvold", rc, f.read())
 
     def _cleanup(self):
         if not self.stopped:
@@ -453,6 +450,48 @@ class Daemon:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
         raise KeyError(field)
+
+
+def assert_clean_exit(test, what, status, log):
+    """The end every daemon a test starts must have: exit status 0 and no
+    sanitizer report in its output (bytes)."""
+    for marker in SANITIZER_MARKERS:
+        test.assertFalse(marker in log, f"{what}: sanitizer report:\n" + log.decode(errors="replace"))
+    test.assertEqual(status, 0, f"{what} exited with {status}:\n" + log.decode(errors="replace"))
+
+
+class Activation:
+    """A service directory for Bus(servicedir=...) from which dbus-daemon
+    starts subvold on demand.  @service is an activation file; its Exec= line
+    is replaced by one that runs subvold with @args through a shell, which
+    keeps each run's exit status and output: dbus-daemon does not tell them.
+    check() holds every run to a clean end."""
+
+    def __init__(self, test, service, *args):
+        self.test = test
+        self.servicedir = test.path("services")
+        os.mkdir(self.servicedir)
+        self.log = test.path("activated.log")
+        self.status = test.path("activated.status")
+        wrapper = " ".join([f"/bin/sh -c '\"$0\" \"$@\" 2>>{self.log}; echo $? >>{self.status}'", SUBVOLD, *args])
+        with open(os.path.join(self.servicedir, f"{BUS_NAME}.service"), "w") as f:
+            f.write(re.sub(r"^Exec=.*$", lambda _: f"Exec={wrapper}", service, flags=re.M))
+
+    def statuses(self):
+        try:
+            with open(self.status) as f:
+                return [int(line) for line in f]
+        except FileNotFoundError:
+            return []
+
+    def check(self, runs):
+        """Waits until @runs runs have ended; asserts that each ended cleanly."""
+        wait_for(lambda: len(self.statuses()) >= runs, f"{runs} activated subvold run(s) to end")
+        self.test.assertEqual(len(self.statuses()), runs)
+        with open(self.log, "rb") as f:
+            log = f.read()
+        for status in self.statuses():
+            assert_clean_exit(self.test, "activated subvold", status, log)
 
 
 class Churn:

@@ -11,8 +11,8 @@ import signal
 import subprocess
 import xml.etree.ElementTree as ET
 
-from harness import (BUS_NAME, GDBUS_CLIENT, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Btrfs, Bus, Daemon, TestCase,
-                     btrfs_rootid, main, run, subvolume_create, wait_for)
+from harness import (BUS_NAME, GDBUS_CLIENT, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Activation, Btrfs, Bus, Daemon,
+                     TestCase, btrfs_rootid, main, run, subvolume_create, wait_for)
 
 BUILD_DIR = os.environ.get("SUBVOLD_BUILD_DIR", "")
 EMITS = "org.freedesktop.DBus.Property.EmitsChangedSignal"
@@ -144,20 +144,18 @@ class DaemonTest(TestCase):
         """The shipped activation file starts subvold on the first call (here
         dbus-daemon execs it directly; under systemd it would ask for
         subvold.service)."""
-        services = self.path("services")
-        os.mkdir(services)
         with open(os.path.join(BUILD_DIR, "dbus", "org.subvold.Subvold1.service")) as f:
             text = f.read()
         self.assertIn("SystemdService=subvold.service", text)
-        with open(os.path.join(services, "org.subvold.Subvold1.service"), "w") as f:
-            f.write(re.sub(r"^Exec=.*$", f"Exec={SUBVOLD}", text, flags=re.M))
-        bus = Bus(self, servicedir=services)
+        activation = Activation(self, text)
+        bus = Bus(self, servicedir=activation.servicedir)
         self.assertEqual(bus.get(MANAGER_PATH, "org.subvold.Subvold1.Manager", "Version"),
                          run(SUBVOLD, "--version").decode().split()[1])
         pid = int(run("busctl", "--system", "--json=short", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
                       "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s", BUS_NAME,
                       env=bus.env).decode().split("[")[1].split("]")[0])
         os.kill(pid, signal.SIGTERM)
+        activation.check(1)
 
     def test_install_layout(self):
         """meson install puts each file where dbus and systemd look for it."""

@@ -14,9 +14,9 @@ import subprocess
 import threading
 import time
 
-from harness import (ROOT, BUS_NAME, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus,
-                     BusError, Daemon, Monitor, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run, snapshot,
-                     subvolume_create, wait_for)
+from harness import (ROOT, BUS_NAME, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, FS_IFACE, Activation,
+                     Btrfs, Bus, BusError, Daemon, Monitor, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run,
+                     snapshot, subvolume_create, wait_for)
 
 libc = ctypes.CDLL(None, use_errno=True)
 MS_BIND = 4096
@@ -220,13 +220,11 @@ class LiveTest(TestCase):
         run("btrfs", "quota", "enable", self.mnt)
         run("btrfs", "quota", "rescan", "-w", self.mnt)
         os.sync()
-        services = self.path("services")
-        os.mkdir(services)
         cache = self.path("cache")
         os.mkdir(cache)
-        with open(os.path.join(services, "org.subvold.Subvold1.service"), "w") as f:
-            f.write(f"[D-BUS Service]\nName={BUS_NAME}\nExec={SUBVOLD} --exit-idle-sec=1 --cache-dir={cache}\n")
-        bus = Bus(self, servicedir=services)
+        activation = Activation(self, f"[D-BUS Service]\nName={BUS_NAME}\nExec=\n", "--exit-idle-sec=1",
+                                f"--cache-dir={cache}")
+        bus = Bus(self, servicedir=activation.servicedir)
         vol = self.object(f"{self.mnt}/vol")
 
         def owner_pid():
@@ -242,6 +240,7 @@ class LiveTest(TestCase):
         self.assertNotEqual(owner_pid(), pid)
         self.assertGreater(bus.get(vol, SUBVOLUME_IFACE, "ReferencedBytes"), 0)
         os.kill(owner_pid(), 15)
+        activation.check(2)  # the idle exit and the SIGTERM
 
     def test_no_timer_without_btrfs(self):
         """With no btrfs mounted, subvold sleeps: no wake-ups at all.  With

@@ -17,11 +17,14 @@ static void add(Filesystem *fs, uint64_t id, uint64_t parent, const char *path, 
         g_assert_nonnull(filesystem_add_subvolume(fs, &sv));
 }
 
+/* 33 is a bind of what /mnt/vol/nested shows anyway, as systemd makes in
+ * a unit's namespace (see Mount.rebind). */
 static const char table[] =
         "20 1 0:20 / / rw - ext4 /dev/vda rw\n"
-        "30 20 0:40 / /mnt rw - btrfs /dev/loop0 rw\n"
+        "30 20 0:40 / /mnt rw master:7 - btrfs /dev/loop0 rw\n"
         "31 20 0:40 /vol /srv/vol rw - btrfs /dev/loop0 rw\n"
-        "32 30 0:41 / /mnt/vol/dir rw - tmpfs tmpfs rw\n";
+        "32 30 0:41 / /mnt/vol/dir rw - tmpfs tmpfs rw\n"
+        "33 30 0:40 /vol/nested /mnt/vol/nested rw master:7 - btrfs /dev/loop0 rw\n";
 
 static Model *build(void) {
         _cleanup_fclose_ FILE *f = fmemopen((void *) table, sizeof(table) - 1, "r");
@@ -43,6 +46,7 @@ static Model *build(void) {
         g_assert_cmpint(model_set_mounts(m, &t), ==, 0);
         model_attach_mount(m, 1, fs);
         model_attach_mount(m, 2, fs);
+        model_attach_mount(m, 4, fs);
         g_assert_cmpint(model_finish(m), ==, 0);
         return m;
 }
@@ -86,7 +90,7 @@ static void test_mount_points_and_access_paths(void) {
         _cleanup_(model_freep) Model *m = build();
         Filesystem *fs = model_find_filesystem(m, UUID_A);
 
-        assert_strv(fs->mount_points, "/mnt", "/srv/vol", NULL);
+        assert_strv(fs->mount_points, "/mnt", "/srv/vol", NULL);  /* not the rebind */
         assert_strv(filesystem_find_subvolume(fs, 5)->access_paths, "/mnt", NULL);
         assert_strv(filesystem_find_subvolume(fs, 256)->access_paths, "/mnt/vol", "/srv/vol", NULL);
         assert_strv(filesystem_find_subvolume(fs, 257)->access_paths, "/mnt/vol/nested", "/srv/vol/nested", NULL);

@@ -18,17 +18,20 @@ static void test_parse_line(void) {
         g_assert_cmpstr(m.point, ==, "/tmp/with space");
         g_assert_cmpstr(m.fstype, ==, "btrfs");
         g_assert_cmpstr(m.source, ==, "/dev/loop0");
+        g_assert_cmpuint(m.master, ==, 2);
         mount_done(&m);
 
         /* no optional fields; a non-btrfs type */
         g_assert_cmpint(mountinfo_parse_line("1 0 0:2 / / rw - tmpfs none rw", &m), ==, 0);
         g_assert_false(m.is_btrfs);
+        g_assert_cmpuint(m.master, ==, 0);
         mount_done(&m);
 
         g_assert_cmpint(mountinfo_parse_line("", &m), ==, -EINVAL);
         g_assert_cmpint(mountinfo_parse_line("1 0 0:2 / / rw tmpfs none rw", &m), ==, -EINVAL);
         g_assert_cmpint(mountinfo_parse_line("x 0 0:2 / / rw - tmpfs none rw", &m), ==, -EINVAL);
         g_assert_cmpint(mountinfo_parse_line("1 0 02 / / rw - tmpfs none rw", &m), ==, -EINVAL);
+        g_assert_cmpint(mountinfo_parse_line("1 0 0:2 / / rw master:x - tmpfs none rw", &m), ==, -EINVAL);
 }
 
 static void test_unescape(void) {
@@ -91,10 +94,37 @@ static void test_table_resolve(void) {
         mount_table_done(&t);
 }
 
+/* subvold's namespace under its unit (as read there, trimmed): systemd's
+ * bind for CacheDirectory= is a rebind; binds that show another directory,
+ * of another filesystem than their parent's, stacked on the parent's mount
+ * point, of the host's own namespace or of another peer group are not. */
+static const char unit_table[] =
+        "295 254 0:44 /@ / ro shared:60 master:1 - btrfs /dev/loop1 rw\n"
+        "326 295 0:48 /@var /var ro shared:105 master:11 - btrfs /dev/loop2 rw\n"
+        "327 326 0:48 /@var/cache/subvold /var/cache/subvold rw shared:106 master:11 - btrfs /dev/loop2 rw\n"
+        "328 326 0:48 /@var/lib/x /var/other rw shared:107 master:11 - btrfs /dev/loop2 rw\n"
+        "329 295 0:48 /@ /@ rw shared:108 master:1 - btrfs /dev/loop2 rw\n"
+        "330 326 0:48 /@var /var rw shared:109 master:11 - btrfs /dev/loop2 rw\n"
+        "331 326 0:48 /@var/spool /var/spool rw shared:110 - btrfs /dev/loop2 rw\n"
+        "332 326 0:48 /@var/tmp /var/tmp rw shared:111 master:12 - btrfs /dev/loop2 rw\n";
+
+static void test_rebind(void) {
+        _cleanup_fclose_ FILE *f = fmemopen((void *) unit_table, sizeof(unit_table) - 1, "r");
+        const bool rebind[] = { false, false, true, false, false, false, false, false };
+        MountTable t;
+
+        g_assert_cmpint(mount_table_parse_mountinfo(f, &t), ==, 0);
+        g_assert_cmpuint(t.n_mounts, ==, ELEMENTSOF(rebind));
+        for (size_t i = 0; i < t.n_mounts; i++)
+                g_assert_cmpint(t.mounts[i].rebind, ==, rebind[i]);
+        mount_table_done(&t);
+}
+
 static void test_read_live(void) {
         MountTable a, b;
 
-        /* Both sources see the same mount points in this namespace. */
+        /* Both sources see the same mount points in this namespace (and the
+         * same peer groups). */
         g_assert_cmpint(mount_table_read(MOUNT_SOURCE_MOUNTINFO, &a), ==, 0);
         g_assert_cmpint(a.source, ==, MOUNT_SOURCE_MOUNTINFO);
         g_assert_cmpint(mount_table_read(MOUNT_SOURCE_AUTO, &b), ==, 0);
@@ -104,7 +134,9 @@ static void test_read_live(void) {
                 for (size_t j = 0; j < b.n_mounts && !found; j++)
                         found = streq(a.mounts[i].point, b.mounts[j].point) &&
                                 streq(a.mounts[i].root, b.mounts[j].root) &&
-                                streq(a.mounts[i].fstype, b.mounts[j].fstype);
+                                streq(a.mounts[i].fstype, b.mounts[j].fstype) &&
+                                a.mounts[i].master == b.mounts[j].master &&
+                                a.mounts[i].rebind == b.mounts[j].rebind;
                 g_assert_true(found);
         }
         g_assert_cmpstr(a.mounts[a.root_index].point, ==, "/");
@@ -119,6 +151,7 @@ int main(int argc, char *argv[]) {
         g_test_add_func("/mounts/unescape", test_unescape);
         g_test_add_func("/mounts/path-startswith", test_path_startswith);
         g_test_add_func("/mounts/table-resolve", test_table_resolve);
+        g_test_add_func("/mounts/rebind", test_rebind);
         g_test_add_func("/mounts/read-live", test_read_live);
         return g_test_run();
 }
