@@ -26,7 +26,7 @@ from harness import (BUS_NAME, FS_IFACE, MANAGER_PATH, SOURCE_DIR, SUBVOLUME_IFA
 
 # The root's packages: systemd and dbus to boot, subvold's libraries, and
 # gcc 12's sanitizer runtimes for a -Db_sanitize build.
-PACKAGES = "systemd,systemd-sysv,dbus,libsystemd0,libbtrfsutil1,btrfs-progs,libasan8,libubsan1"
+PACKAGES = "systemd,systemd-sysv,dbus,libsystemd0,btrfs-progs,libasan8,libubsan1"
 DEBOOTSTRAP_ARGS = ["--variant=minbase", f"--include={PACKAGES}", "bookworm"]
 # Cached between runs under a name derived from what makes it, so a change
 # of packages, options or release builds a new one.
