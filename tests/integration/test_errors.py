@@ -6,9 +6,9 @@ Clients are busctl (paths, Refresh) and the GDBus client (fds)."""
 import os
 import subprocess
 
-from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, ROOT, Btrfs, Bus, BusError, Churn, Daemon,
+from harness import (FS_IFACE, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, ROOT, Btrfs, Bus, BusError, Churn, Daemon,
                      TestCase, User, as_user, btrfs_rootid, btrfs_subvolume_list, main, run, snapshot,
-                     subvolume_create)
+                     subvolume_create, wait_for)
 
 ERR = "org.subvold.Subvold1.Error."
 
@@ -33,9 +33,9 @@ class ErrorsTest(TestCase):
         with open(f"{self.tmpfs}/file", "w") as f:
             f.write("x")
 
-    def start(self, shipped_policy=True):
+    def start(self, shipped_policy=True, env=None):
         self.bus = Bus(self, shipped_policy=shipped_policy)
-        self.daemon = Daemon(self, self.bus)
+        self.daemon = Daemon(self, self.bus, env=env)
 
     def object_for(self, path):
         # btrfs-progs cannot open FIFOs or files on read-only snapshots: ask
@@ -159,7 +159,11 @@ class ErrorsTest(TestCase):
         self.assert_still_serving()
 
     def test_refresh_sees_changes(self):
-        self.start()
+        """Refresh() publishes what changed.  Nothing else may: the test-only
+        switch turns the watch (mount events, generation timer) off, and the
+        scanner's first run, whose results come with refreshes, is over."""
+        self.start(env={"SUBVOLD_TEST_NO_WATCH": "1"})
+        wait_for(lambda: self.bus.get(self.fs.object_path, FS_IFACE, "ScanProgress") == 1.0, "the first scan")
         subvolume_create(f"{self.mnt}/later")
         new_object = self.object_for(f"{self.mnt}/later")
         self.assertFalse(new_object in self.bus.managed_objects(), "published before Refresh")
