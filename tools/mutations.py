@@ -22,8 +22,29 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# name: (file, text to find (exactly once), replacement, tests that must fail)
+# name: (file, text to find (exactly once), replacement, tests that must
+# fail[, "sanitize": run them on an ASan+UBSan build with leak checking])
 MUTATIONS = {
+    "listmount-never-called": (
+        "daemon/mounts.c",
+        "        r = mount_table_read_listmount(ret);",
+        "        r = -ENOSYS;",
+        ["test_enumeration", "test-mounts"]),
+    "mountinfo-reader-leaks-its-file": (
+        "daemon/mounts.c",
+        '_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");',
+        'FILE *f = fopen("/proc/self/mountinfo", "re");',
+        ["test_enumeration"], "sanitize"),
+    "refresh-does-nothing": (
+        "daemon/bus-manager.c",
+        "        r = manager_refresh(m);\n        if (r < 0)\n                return sd_bus_error_setf",
+        "        r = 0;\n        if (r < 0)\n                return sd_bus_error_setf",
+        ["test_errors"]),
+    "a-test-method-skips": (
+        "tests/integration/test_clients.py",
+        "    def test_list(self):\n",
+        "    def test_list(self):\n        self.skipTest(\"skipped on purpose\")\n",
+        ["test_clients"]),
     "policy-statfs-closed": (
         "dbus/org.subvold.Subvold1.conf",
         '''           send_interface="org.subvold.Subvold1.Subvolume"
@@ -87,8 +108,13 @@ def sh(*args, **kw):
     return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
 
 
+SANITIZER_ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1",
+                     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
+
+
 def try_mutation(name, scratch):
-    path, old, new, tests = MUTATIONS[name]
+    path, old, new, tests, *variant = MUTATIONS[name]
+    sanitize = variant == ["sanitize"]
     sh("git", "checkout", "-q", "--", ".", cwd=scratch)
     with open(os.path.join(scratch, path)) as f:
         text = f.read()
@@ -96,11 +122,13 @@ def try_mutation(name, scratch):
         return "STALE (the text to change is not there exactly once)"
     with open(os.path.join(scratch, path), "w") as f:
         f.write(text.replace(old, new))
-    build = os.path.join(scratch, "build")
+    build = os.path.join(scratch, "build-sanitize" if sanitize else "build")
+    if not os.path.exists(build):
+        sh("meson", "setup", build, scratch, "-Db_sanitize=address,undefined", "-Db_lundef=false", check=True)
     p = sh("meson", "compile", "-C", build)
     if p.returncode != 0:
         return "BUILD FAILED (make the mutation compile)"
-    p = sh("meson", "test", "-C", build, "--no-rebuild", *tests)
+    p = sh("meson", "test", "-C", build, "--no-rebuild", *tests, env=SANITIZER_ENV if sanitize else None)
     return "caught" if p.returncode != 0 else "MISSED"
 
 
@@ -110,8 +138,8 @@ def main():
     parser.add_argument("names", nargs="*", help="mutations to try (default: all)")
     args = parser.parse_args()
     if args.list:
-        for name, (path, _, _, tests) in MUTATIONS.items():
-            print(f"{name:32} {path:32} {' '.join(tests)}")
+        for name, (path, _, _, tests, *variant) in MUTATIONS.items():
+            print(f"{name:36} {path:36} {' '.join(tests)} {' '.join(variant)}")
         return 0
     names = args.names or list(MUTATIONS)
     unknown = [n for n in names if n not in MUTATIONS]
@@ -128,7 +156,7 @@ def main():
         for name in names:
             result = try_mutation(name, scratch)
             missed += result != "caught"
-            print(f"{name:32} {result}", flush=True)
+            print(f"{name:36} {result}", flush=True)
         return 1 if missed else 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

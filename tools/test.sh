@@ -2,8 +2,9 @@
 # Installs what is needed, builds subvold twice -- plainly and with
 # AddressSanitizer + UndefinedBehaviorSanitizer (leak checking on) -- and
 # runs the whole test suite on both builds.  Needs root: the integration
-# tests use loop devices, mounts and a private dbus-daemon.  Any test that
-# skips counts as a failure here.
+# tests use loop devices, mounts and a private dbus-daemon.  A test that
+# skips anything counts as a failure here, and so does a test file that
+# meson does not run.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,23 +16,46 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 passed=0 failed=0 skipped=0
 for variant in plain sanitize; do
 	build=$REPO/build/$variant
-	opts=()
-	[ "$variant" = sanitize ] && opts=(-Db_sanitize=address,undefined -Db_lundef=false)
-	if [ ! -f "$build/build.ninja" ]; then
+	sanitize=none
+	[ "$variant" = sanitize ] && sanitize=address,undefined
+	# Set the options every time: a build directory left with others (no
+	# sanitizers, no tests) would pass with less.
+	opts=(-Dtests=true -Db_sanitize=$sanitize -Db_lundef=$([ $sanitize = none ] && echo true || echo false))
+	if [ -f "$build/build.ninja" ]; then
+		meson configure "$build" "${opts[@]}" >/dev/null
+	else
 		meson setup "$build" "$REPO" "${opts[@]}" >/dev/null
 	fi
 	meson compile -C "$build" >/dev/null
 	echo "== $variant build: meson test" >&2
 	meson test -C "$build" --print-errorlogs || true
-	# Count from meson's machine-readable log, not from its exit code alone.
-	read -r p f s < <(python3 - "$build/meson-logs/testlog.json" <<'PY'
-import json, sys
+	# Count from meson's machine-readable log, not from its exit code
+	# alone, and check that it ran what the build and the tree hold.
+	read -r p f s < <(python3 - "$build" "$REPO" "$sanitize" <<'PY'
+import glob, json, os, subprocess, sys
+build, repo, sanitize = sys.argv[1:]
+options = {o["name"]: o["value"] for o in json.loads(subprocess.check_output(
+    ["meson", "introspect", "--buildoptions", build]))}
+if options["b_sanitize"] != sanitize or options["tests"] is not True:
+    sys.exit(f"test.sh: {build} has b_sanitize={options['b_sanitize']} tests={options['tests']}")
+known = {t["name"] for t in json.loads(subprocess.check_output(["meson", "introspect", "--tests", build]))}
+files = {os.path.basename(f)[:-3] for f in glob.glob(f"{repo}/tests/integration/test_*.py")}
+files |= {os.path.basename(f)[:-2] for f in glob.glob(f"{repo}/tests/unit/test-*.c")}
 p = f = s = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line)["result"]
-    if r == "OK": p += 1
-    elif r == "SKIP": s += 1
-    else: f += 1
+ran = set()
+for line in open(f"{build}/meson-logs/testlog.json"):
+    r = json.loads(line)
+    ran.add(r["name"])
+    # A TAP test (the unit tests) that skips some of its cases is still "OK".
+    if r["result"] == "SKIP" or "# SKIP" in (r.get("stdout") or ""):
+        s += 1
+    elif r["result"] == "OK":
+        p += 1
+    else:
+        f += 1
+for name in sorted((files - known) | (known - ran)):
+    print(f"test.sh: {name} was not run", file=sys.stderr)
+    f += 1
 print(p, f, s)
 PY
 )

@@ -5,6 +5,7 @@ and the kernel, on two real filesystems: one mounted twice, one with only a
 subvolume mounted (so some subvolumes are reachable through no mount)."""
 
 import os
+import subprocess
 
 from harness import (FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, Btrfs, Bus, BusError, Daemon,
                      TestCase, btrfs_rootid, btrfs_subvolume_list, btrfs_subvolume_show, bytestring,
@@ -34,6 +35,12 @@ class EnumerationTest(TestCase):
         snapshot(f"{a}/gone", f"{a}/orphan-snap", readonly=True)
         run("btrfs", "subvolume", "delete", "-c", f"{a}/gone")
         run("btrfs", "subvolume", "sync", a)
+        # A received subvolume: ReceivedUuid set.
+        os.mkdir(f"{a}/recv")
+        send = subprocess.Popen(["btrfs", "-q", "send", f"{a}/snaps/vol-ro"], stdout=subprocess.PIPE)
+        run("btrfs", "-q", "receive", f"{a}/recv", stdin=send.stdout)
+        send.stdout.close()
+        self.assertEqual(send.wait(), 0)
         self.a.mount(self.path("a-sv"), "subvol=vol")
 
         # Filesystem B: only "data" is mounted; "hidden" and the top level
@@ -58,6 +65,7 @@ class EnumerationTest(TestCase):
             (self.a, b"/snaps/vol-ro"): [p("a", "snaps", "vol-ro")],
             (self.a, b"/snaps/vol-rw"): [p("a", "snaps", "vol-rw")],
             (self.a, b"/orphan-snap"): [p("a", "orphan-snap")],
+            (self.a, b"/recv/vol-ro"): [p("a", "recv", "vol-ro")],
             (self.b, b"/"): [],
             (self.b, b"/data"): [p("b")],
             (self.b, b"/data/inner"): [p("b", "inner")],
@@ -68,10 +76,11 @@ class EnumerationTest(TestCase):
 
         self.bus = Bus(self)
 
-    def published(self, *args):
-        """Our two filesystems' objects (the machine may have other btrfs
-        mounts, and other tests may mount and unmount theirs meanwhile)."""
+    def published(self, *args, source="listmount()"):
+        """Our two filesystems' objects, read by a daemon that says it took
+        its mount table from @source."""
         daemon = Daemon(self, self.bus, *args)
+        self.assertIn(f"mounts from {source}.", daemon.log())
         # Usage comes in as the scanner finishes: wait for it, and leave out
         # when it was read, which differs from run to run.
         for fs in (self.a, self.b):
@@ -83,16 +92,23 @@ class EnumerationTest(TestCase):
         return {path: value for path, value in objects.items()
                 if path.startswith((self.a.object_path, self.b.object_path))}
 
-    def test_model_matches_btrfs_progs_and_kernel(self):
-        objects = self.published()
+    def check_model(self, objects):
         for fs in (self.a, self.b):
             self.check_filesystem(objects, fs)
             self.check_subvolumes(objects, fs)
         # Nothing else: two filesystem objects and every subvolume, top levels included.
         self.assertEqual(len(objects), 2 + sum(1 + len(btrfs_subvolume_list(fs.mounts[0])) for fs in (self.a, self.b)))
 
+    def test_model_matches_btrfs_progs_and_kernel(self):
+        """With listmount(), which this kernel has."""
+        self.check_model(self.published())
+
     def test_mountinfo_fallback_gives_the_same_model(self):
-        self.assertEqual(self.published(), self.published("--mountinfo"))
+        """With /proc/self/mountinfo, as under the shipped unit: against the
+        same truth, and the same model as with listmount()."""
+        objects = self.published("--mountinfo", source="/proc/self/mountinfo")
+        self.check_model(objects)
+        self.assertEqual(objects, self.published())
 
     def check_filesystem(self, objects, fs):
         props = objects[fs.object_path][FS_IFACE]
@@ -159,6 +175,8 @@ class EnumerationTest(TestCase):
             self.assertTrue(orphan["IsSnapshot"])
             self.assertNotEqual(orphan["ParentUuid"], "")
             self.assertEqual(orphan["SnapshotSource"], "/")
+            received = objects[f"{self.a.object_path}/{by_uuid_path(listed, b'recv/vol-ro')}"][SUBVOLUME_IFACE]
+            self.assertEqual(received["ReceivedUuid"], snap["Uuid"])
 
 
 def by_uuid_path(listed, path):
