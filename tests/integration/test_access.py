@@ -15,6 +15,7 @@ from harness import (BUS_NAME, FS_IFACE, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PA
                      SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase, btrfs_rootid, main, snapshot, subvolume_create)
 
 CALLABLE_BY = "org.subvold.Subvold1.CallableBy"
+SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 
 
@@ -110,6 +111,11 @@ class AccessTest(TestCase):
         self.assertIn(self.vol, self.bus.managed_objects(user=ROOT))
         # Only the ObjectManager is closed: the rest still works for users.
         self.assertEqual(self.bus.get(self.vol, SUBVOLUME_IFACE, "DisplayPath"), "/vol")
+        # subvolctl says so, and exits 1: subvold (here the bus) refused.
+        p = self.bus.run(SUBVOLCTL, "list")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("GetManagedObjects", p.stderr.decode())
+        self.assertEqual(self.bus.run(SUBVOLCTL, "list", user=ROOT).returncode, 0)
 
 
 if __name__ == "__main__":
