@@ -214,8 +214,8 @@ static void worker_pause(Scanner *s, const Job *job, WorkerMount *wm) {
 
         if (s->pause_fd < 0)
                 return;
-        log_debug("Paused before subvolume %" PRIu64 " of %s (through %s).", job->id, uuid_format(job->uuid, buf),
-                  job->point);
+        log_debug("Paused before subvolume %" PRIu64 " of %s (through %s, mount %" PRIu64 ").", job->id,
+                  uuid_format(job->uuid, buf), job->point, job->mount_id);
         for (;;) {
                 struct pollfd p[] = { { .fd = s->pause_fd, .events = POLLIN },
                                       { .fd = s->pause_wakeup_fd, .events = POLLIN } };

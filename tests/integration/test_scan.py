@@ -82,6 +82,23 @@ def file_extent_count(path):
     return struct.unpack("QQIIII", buf)[3]
 
 
+def mountinfo_id(point):
+    """The id /proc/self/mountinfo gives the mount on @point (the top one)."""
+    with open("/proc/self/mountinfo") as f:
+        ids = [int(line.split()[0]) for line in f if line.split()[4] == point]
+    return ids[-1] if ids else None
+
+
+def swap_mount(point, device):
+    """Unmounts @point and mounts the btrfs on @device there, syscall after
+    syscall: nothing of subvold's (a refresh opening clones of mounts) comes
+    in between to take the mount id just freed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(point), 0) < 0 or libc.mount(os.fsencode(device), os.fsencode(point), b"btrfs", 0,
+                                                            None) < 0:
+        raise OSError(ctypes.get_errno(), f"cannot mount {device} on {point}")
+
+
 def device_free(device):
     """Whether nothing claims the block device: it opens O_EXCL."""
     try:
@@ -91,14 +108,7 @@ def device_free(device):
         return False
 
 
-def mountinfo_id(point):
-    """The id /proc/self/mountinfo gives the mount on @point (the top one)."""
-    with open("/proc/self/mountinfo") as f:
-        ids = [int(line.split()[0]) for line in f if line.split()[4] == point]
-    return ids[-1] if ids else None
-
-
-_PAUSED_RE = re.compile(r"^<7>Paused before subvolume (\d+) of (\S+) \(through (.*)\)\.$", re.M)
+_PAUSED_RE = re.compile(r"^<7>Paused before subvolume (\d+) of (\S+) \(through (.*), mount (\d+)\)\.$", re.M)
 _PAUSE_OVER_RE = re.compile(r"^<7>Pause over: (.*)\.$", re.M)
 
 
@@ -124,10 +134,10 @@ class ScanPause:
             self.read_end = -1
 
     def waiting(self, daemon):
-        """Every pause so far as (id, uuid, mount point), when the scanner
+        """Every pause so far as (id, uuid, mount point, mount id), when the scanner
         waits in the last one and has read every byte sent; else None."""
         log = daemon.log()
-        paused = [(int(m[1]), m[2], m[3]) for m in _PAUSED_RE.finditer(log)]
+        paused = [(int(m[1]), m[2], m[3], int(m[4])) for m in _PAUSED_RE.finditer(log)]
         over = _PAUSE_OVER_RE.findall(log)
         if len(paused) > len(over) and over.count("next tree") == self.sent:
             return paused
@@ -736,7 +746,8 @@ class ScanTest(TestCase):
         wait_for(lambda: (lambda p: p and p.get(a, {}).get("UsageSource") == "scan")(self.published(fs)),
                  "the scan", timeout=SCAN_TIMEOUT)
         got = self.published(fs)[a]
-        self.assertEqual(Usage(got["Inodes"], got["ReferencedBytes"], got["ExclusiveBytes"]), Usage(2, 4 * KiB, 4 * KiB))
+        self.assertEqual(Usage(got["Inodes"], got["ReferencedBytes"], got["ExclusiveBytes"]),
+                         Usage(2, 4 * KiB, 4 * KiB))
         # What the scanner counted for the array as it read (the only
         # check under ASan, where RSS says nothing).
         read = re.search(rf"Read the tree of subvolume {a} of {fs.uuid}: 2 inode\(s\), 1 extent\(s\), in (\d+) bytes",
@@ -913,11 +924,35 @@ class ScanTest(TestCase):
             os.close(fd)
         pause = ScanPause(self)
         daemon = self.start("-v", pause=pause)
-        for _ in range(5):
-            # In the middle of the run: the scanner has read a tree of the
-            # filesystem and waits before the next, its fd still open.
-            pause.advance(daemon, lambda paused: paused[-1][1] == fs.uuid and len(paused) > 1 and
-                          paused[-2][1] == fs.uuid and fds_on(daemon.proc.pid, fsids), "the scan in its middle")
+        def held(paused, nxt):
+            return (paused[-1][1] == nxt.uuid and len(paused) > 1 and paused[-2][1] == fs.uuid and
+                    fds_on(daemon.proc.pid, fsids))
+
+        more = 0  # files written into the other filesystem's A
+        for round in range(5):
+            # The scanner has read a tree of the filesystem and waits, its
+            # fd still open, before the next tree: of the filesystem (its
+            # scan in the middle), or every other time of the other one.
+            # (Mounts that other tests change make it drop its fd: then on.)
+            if round % 2 == 0:
+                pause.advance(daemon, lambda paused: held(paused, fs), "the scan in its middle")
+            for attempt in range(20) if round % 2 else ():
+                if attempt:  # the run is over: a tree of the filesystem to read again
+                    write_random(f"{mnt}/v{attempt}/more{round}", 4 * KiB)
+                    settle(mnt)
+                    self.refresh()
+                pause.advance(daemon, lambda paused: paused[-1][1] == fs.uuid, "a tree of the filesystem")
+                # ... and a tree of the other one, queued after it.
+                write_random(f"{other_mnt}/A/more{more}", 4 * KiB)
+                more += 1
+                settle(other_mnt)
+                self.refresh()
+                paused = pause.advance(daemon, lambda paused: paused[-1][1] == other.uuid, "a tree of the other one")
+                if held(paused, other):
+                    break
+                pause.let_one_through()
+            else:
+                self.assertEqual(round % 2, 0, "never held before a tree of the other filesystem")
             self.refresh()  # the next refresh is a second away
             fs.umount(mnt)  # raises if busy
             wait_for(lambda: device_free(fs.device), "the device to be free", timeout=1)
@@ -929,7 +964,8 @@ class ScanTest(TestCase):
         self.assertTrue(daemon.alive(), "subvold died")
         self.assert_scan_matches(fs, mnt)
         usage = self.assert_scan_matches(other, other_mnt)
-        self.assertEqual(usage[btrfs_rootid(f"{other_mnt}/A")], Usage(2, MiB, MiB))
+        written = MiB + more * 4 * KiB
+        self.assertEqual(usage[btrfs_rootid(f"{other_mnt}/A")], Usage(2 + more, written, written))
         # A generation check opens a mount for some µs twice a second: look
         # until a sample shows none.
         wait_for(lambda: not fds_on(daemon.proc.pid, fsids), "no fd on our filesystems between operations",
@@ -949,41 +985,48 @@ class ScanTest(TestCase):
         a, a_mnt = self.make_fs("a")
         b, b_mnt = self.make_fs("b")
         for mnt, scale in ((a_mnt, 1), (b_mnt, 3)):
-            subvolume_create(f"{mnt}/src")
-            write_random(f"{mnt}/src/data", 64 * KiB * scale)
-            snapshot(f"{mnt}/src", f"{mnt}/S", readonly=True)
-            self.populate(mnt, 10, scale)
-        self.assertEqual(btrfs_rootid(f"{a_mnt}/S"), btrfs_rootid(f"{b_mnt}/S"))
+            # S, a read-only snapshot of the top level, is the first
+            # subvolume: the scanner reads it right after the top level.
+            write_random(f"{mnt}/data", 64 * KiB * scale)
+            snapshot(mnt, f"{mnt}/S", readonly=True)
+            self.populate(mnt, 30, scale)  # enough trees of A for every round
+        s_id = btrfs_rootid(f"{a_mnt}/S")
+        self.assertEqual(btrfs_rootid(f"{b_mnt}/S"), s_id)
         settle(b_mnt)
         b.umount(b_mnt)
         a.mount(self.path("a2"))
-        src = btrfs_rootid(f"{a_mnt}/src")
         pause = ScanPause(self)
         daemon = self.start("--mountinfo", "-v", pause=pause)
         refused = re.compile(rf"^<7>(.*) is no longer btrfs filesystem {a.uuid}; reading subvolume \d+ later\.$",
                              re.M)
-        for round in range(5):
-            # Before a tree of A (the first time: src, the read-only
-            # snapshot S next in line), its mount goes and B takes its place.
-            where = pause.advance(daemon, lambda paused: paused[-1][1] == a.uuid and (round or paused[-1][0] == src),
+        # The kernel hands out the lowest free id, which is not always the
+        # one just freed: go on until B took the id a job of A waits with.
+        replaced = 0
+        for round in range(30):
+            if round >= 5 and replaced:
+                break
+            # Before a tree of A (the first time: of the top level, the
+            # read-only snapshot S next in line), its mount goes and B
+            # takes its place.
+            where = pause.advance(daemon, lambda paused: paused[-1][1] == a.uuid and (round or paused[-1][0] == 5),
                                   "the scanner before a tree of A")[-1][2]
-            mount_id = mountinfo_id(where)
-            run("umount", where)
-            run("mount", b.device, where)
-            reused = mountinfo_id(where) == mount_id
-            # The next tree of A: where it is to go through that mount
-            # point, the mount there has the id of A's, if reused.
+            swap_mount(where, b.device)
+            # The next tree of A.
             n = len(refused.findall(daemon.log()))
             paused = pause.advance(daemon, lambda paused: paused[-1][1] == a.uuid, "the scanner before a tree of A")
+            if round == 0:
+                self.assertEqual(paused[-1][0], s_id, "fixture: S is not next")
             pause.let_one_through()
-            if reused and paused[-1][2] == where:
+            if paused[-1][2:] == (where, mountinfo_id(where)):
+                replaced += 1
                 wait_for(lambda: len(refused.findall(daemon.log())) > n, "the scanner to refuse B")
-            run("umount", where)
-            run("mount", a.device, where)
-        self.assertTrue(refused.findall(daemon.log()), "B never stood where A's mount was, with its id")
+            else:  # done with it once it waits before another tree
+                wait_for(lambda: len(pause.waiting(daemon) or ()) > len(paused), "the scanner to go on")
+            swap_mount(where, a.device)
+        self.assertTrue(replaced, "B never got the mount id of a job of A")
         pause.release()
         usage = self.assert_scan_matches(a, a_mnt)
-        self.assertEqual(usage[btrfs_rootid(f"{a_mnt}/S")], Usage(2, 64 * KiB, 0))
+        self.assertEqual(usage[s_id], Usage(2, 64 * KiB, 0))
         self.assertTrue(daemon.alive(), "subvold died")
 
 
