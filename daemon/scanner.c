@@ -97,6 +97,14 @@ struct Scanner {
         Job current;             /* while busy: what the worker reads */
         volatile bool cancel_current;
         uint64_t mount_epoch;    /* moves with every mount change */
+        /* The worker's fd on a mount, kept across the jobs of a run
+         * (opening a clone of a mount costs more than reading a small
+         * tree).  A clone keeps its filesystem, and its devices, after
+         * umount: so the main thread closes it at a mount change unless
+         * it is busy (then the worker does, after the tree), without
+         * waiting for the worker (nice 19) to be scheduled. */
+        int worker_fd;
+        bool worker_fd_busy;
         /* Test only (SUBVOLD_TEST_SCAN_PAUSE_FD): see worker_pause(). */
         int pause_fd, pause_wakeup_fd;
 
@@ -187,29 +195,24 @@ static bool reserve(size_t bytes, void *userdata) {
         return ok;
 }
 
-/* The worker's fd on a mount.  Kept across the jobs of a run (opening a
- * clone of a mount costs more than reading a small tree), but dropped
- * when a mount changed and when the worker runs out of work: an fd on a
- * clone keeps the filesystem, and its claim on its devices, alive after
- * umount. */
+/* What the worker's fd on a mount (Scanner.worker_fd) is on. */
 typedef struct WorkerMount {
-        int fd;
         uint64_t mount_id, epoch;  /* Scanner.mount_epoch when opened */
-        uint8_t uuid[16];          /* of the filesystem @fd is on, checked */
+        uint8_t uuid[16];          /* of the filesystem, checked */
         TreeSearchBuffer buf;
 } WorkerMount;
 
-static void worker_mount_close(WorkerMount *wm) {
-        closep(&wm->fd);
-        wm->fd = -1;
+/* Under lock. */
+static void worker_fd_close(Scanner *s) {
+        closep(&s->worker_fd);
+        s->worker_fd = -1;
 }
 
 /* Test only: with SUBVOLD_TEST_SCAN_PAUSE_FD naming an inherited fd (a
  * pipe), the worker reads one byte from it before each tree, so that a
- * test can hold a run in its middle; at EOF it stops pausing.  Paused,
- * it is between two trees: a mount change makes it drop its fd as it
- * would there, and a cancelled job or a stop ends the pause. */
-static void worker_pause(Scanner *s, const Job *job, WorkerMount *wm) {
+ * test can hold a run in its middle; at EOF it stops pausing.  A
+ * cancelled job or a stop ends the pause too. */
+static void worker_pause(Scanner *s, const Job *job) {
         char buf[UUID_STRING_MAX];
 
         if (s->pause_fd < 0)
@@ -219,21 +222,18 @@ static void worker_pause(Scanner *s, const Job *job, WorkerMount *wm) {
         for (;;) {
                 struct pollfd p[] = { { .fd = s->pause_fd, .events = POLLIN },
                                       { .fd = s->pause_wakeup_fd, .events = POLLIN } };
-                uint64_t epoch, n;
+                uint64_t n;
                 bool over;
                 ssize_t k;
                 char c;
 
                 pthread_mutex_lock(&s->lock);
                 over = s->stop || s->cancel_current;
-                epoch = s->mount_epoch;
                 pthread_mutex_unlock(&s->lock);
                 if (over) {
                         log_debug("Pause over: cancelled.");
                         return;
                 }
-                if (wm->fd >= 0 && wm->epoch != epoch)
-                        worker_mount_close(wm);
                 if (poll(p, ELEMENTSOF(p), -1) < 0)
                         continue;
                 if (p[1].revents & POLLIN)
@@ -254,54 +254,72 @@ static void worker_pause(Scanner *s, const Job *job, WorkerMount *wm) {
         }
 }
 
-/* Opens the mount of @job, unless the worker's fd is on it already and
- * no mount changed since (@epoch). */
-static int worker_open(const Job *job, uint64_t epoch, WorkerMount *wm) {
+/* An fd on the mount of @job, marked busy: the worker's, unless it is on
+ * another mount or a mount changed since it was opened. */
+static int worker_open(Scanner *s, const Job *job, WorkerMount *wm, int *ret_fd) {
         Mount mount = { .id = job->mount_id, .point = job->point };
+        _cleanup_close_ int fd = -1;
         char buf[UUID_STRING_MAX];
         uint8_t fsid[16];
+        uint64_t epoch;
         int r;
 
-        if (wm->fd >= 0 && wm->mount_id == job->mount_id && wm->epoch == epoch &&
-            memcmp(wm->uuid, job->uuid, 16) == 0)
+        pthread_mutex_lock(&s->lock);
+        if (s->worker_fd >= 0 && wm->mount_id == job->mount_id && wm->epoch == s->mount_epoch &&
+            memcmp(wm->uuid, job->uuid, 16) == 0) {
+                s->worker_fd_busy = true;
+                *ret_fd = s->worker_fd;
+                pthread_mutex_unlock(&s->lock);
                 return 0;
-        worker_mount_close(wm);
-        r = btrfs_open_mount(&mount, job->source, &wm->fd);
+        }
+        worker_fd_close(s);
+        epoch = s->mount_epoch;
+        pthread_mutex_unlock(&s->lock);
+
+        r = btrfs_open_mount(&mount, job->source, &fd);
         if (r < 0)
                 return r;
         /* Mount ids are reused (mountinfo's at once): the mount may be
          * another filesystem's by now. */
-        r = btrfs_read_fsid(wm->fd, fsid);
+        r = btrfs_read_fsid(fd, fsid);
         if (r >= 0 && memcmp(fsid, job->uuid, 16) != 0) {
                 log_debug("%s is no longer btrfs filesystem %s; reading subvolume %" PRIu64 " later.", job->point,
                           uuid_format(job->uuid, buf), job->id);
                 r = -ESTALE;
         }
         if (r >= 0)
-                r = btrfs_search_buffer_prepare(wm->fd, &wm->buf);
-        if (r < 0) {
-                worker_mount_close(wm);
+                r = btrfs_search_buffer_prepare(fd, &wm->buf);
+        if (r < 0)
                 return r;
-        }
         wm->mount_id = job->mount_id;
         wm->epoch = epoch;
         memcpy(wm->uuid, job->uuid, 16);
+        pthread_mutex_lock(&s->lock);
+        s->worker_fd = *ret_fd = TAKE_FD(fd);
+        s->worker_fd_busy = true;
+        pthread_mutex_unlock(&s->lock);
         return 0;
 }
 
 /* Reads the tree of @res->job. */
-static void worker_scan(Scanner *s, uint64_t epoch, WorkerMount *wm, Result *res) {
+static void worker_scan(Scanner *s, WorkerMount *wm, Result *res) {
         Reservation reservation = { .s = s, .uuid = res->job.uuid };
         ScanControl control = { .cancel = &s->cancel_current, .may_grow = reserve, .userdata = &reservation };
         char buf[UUID_STRING_MAX];
+        int fd;
 
-        res->error = worker_open(&res->job, epoch, wm);
+        res->error = worker_open(s, &res->job, wm, &fd);
         if (res->error >= 0) {
                 res->reached = true;
-                res->error = btrfs_scan_subvolume(wm->fd, &wm->buf, res->job.id, &control, &res->inodes,
+                res->error = btrfs_scan_subvolume(fd, &wm->buf, res->job.id, &control, &res->inodes,
                                                   &res->extents, &res->n_extents);
-                if (res->error < 0)
-                        worker_mount_close(wm);  /* the mount may be gone: open afresh next time */
+                pthread_mutex_lock(&s->lock);
+                s->worker_fd_busy = false;
+                /* After an error the mount may be gone; after a mount
+                 * change, the main thread could not close it while busy. */
+                if (res->error < 0 || wm->epoch != s->mount_epoch)
+                        worker_fd_close(s);
+                pthread_mutex_unlock(&s->lock);
         }
         if (res->error == -EFBIG)
                 log_debug("Stopped reading subvolume %" PRIu64 " of %s: its distinct data extents do not fit in "
@@ -314,19 +332,18 @@ static void worker_scan(Scanner *s, uint64_t epoch, WorkerMount *wm, Result *res
 
 static void *worker(void *userdata) {
         Scanner *s = userdata;
-        WorkerMount wm = { .fd = -1 };
+        WorkerMount wm = {};
         uint64_t one = 1;
 
         worker_set_up(s);
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 Result res = {};
-                uint64_t epoch;
 
-                if (jobs_empty(s) && wm.fd >= 0) {
+                if (jobs_empty(s)) {
                         /* Out of work: no fd stays on any mount, no buffer
                          * in memory. */
-                        worker_mount_close(&wm);
+                        worker_fd_close(s);
                         btrfs_search_buffer_done(&wm.buf);
                 }
                 while (!s->stop && jobs_empty(s))
@@ -341,11 +358,8 @@ static void *worker(void *userdata) {
                 pthread_mutex_unlock(&s->lock);
 
                 res.job = s->current;
-                worker_pause(s, &res.job, &wm);
-                pthread_mutex_lock(&s->lock);
-                epoch = s->mount_epoch;
-                pthread_mutex_unlock(&s->lock);
-                worker_scan(s, epoch, &wm, &res);
+                worker_pause(s, &res.job);
+                worker_scan(s, &wm, &res);
 
                 pthread_mutex_lock(&s->lock);
                 s->busy = false;
@@ -361,8 +375,8 @@ static void *worker(void *userdata) {
                 if (jobs_empty(s) || s->n_results % 256 == 0)
                         (void) write(s->wakeup_fd, &one, sizeof one);
         }
+        worker_fd_close(s);
         pthread_mutex_unlock(&s->lock);
-        worker_mount_close(&wm);
         btrfs_search_buffer_done(&wm.buf);
         return NULL;
 }
@@ -448,7 +462,7 @@ int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_result
 
         if (!s)
                 return -ENOMEM;
-        s->wakeup_fd = s->pause_fd = s->pause_wakeup_fd = -1;
+        s->wakeup_fd = s->worker_fd = s->pause_fd = s->pause_wakeup_fd = -1;
         s->on_results = on_results;
         s->userdata = userdata;
         s->max_memory = options->max_memory;
@@ -891,8 +905,9 @@ void scanner_mounts_changed(Scanner *s, MountSource source) {
         MountTable t;
 
         pthread_mutex_lock(&s->lock);
-        s->mount_epoch++;  /* the worker drops its fd before its next tree */
-        worker_wake(s);
+        s->mount_epoch++;
+        if (!s->worker_fd_busy)
+                worker_fd_close(s);
         busy = s->busy;
         mount_id = s->current.mount_id;
         major = s->current.dev_major;

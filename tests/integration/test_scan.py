@@ -11,9 +11,11 @@ import fcntl
 import os
 import platform
 import re
+import itertools
 import struct
 import subprocess
 import threading
+import time
 
 from harness import (FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
                      btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for)
@@ -924,35 +926,40 @@ class ScanTest(TestCase):
             os.close(fd)
         pause = ScanPause(self)
         daemon = self.start("-v", pause=pause)
-        def held(paused, nxt):
-            return (paused[-1][1] == nxt.uuid and len(paused) > 1 and paused[-2][1] == fs.uuid and
-                    fds_on(daemon.proc.pid, fsids))
-
         more = 0  # files written into the other filesystem's A
+
+        def hold(nxt, round):
+            """Waits until the scanner, having read a tree of the
+            filesystem, waits before a tree of @nxt, its fd on the
+            filesystem still open.  A mount change anywhere (other tests
+            mount too) makes it drop that fd: then again, with trees
+            changed so that they are queued in that order."""
+            nonlocal more
+            deadline = time.monotonic() + SCAN_TIMEOUT
+            for attempt in itertools.count():
+                self.assertLess(time.monotonic(), deadline, f"never held before a tree of {nxt.uuid}")
+                if attempt:  # two trees of the filesystem to read again
+                    for i in range(2):
+                        write_random(f"{mnt}/v{(2 * attempt + i) % 30}/more{round}-{attempt}", 4 * KiB)
+                    settle(mnt)
+                    self.refresh()
+                if nxt is other:  # ... and then one of the other
+                    pause.advance(daemon, lambda paused: paused[-1][1] == fs.uuid, "a tree of the filesystem")
+                    write_random(f"{other_mnt}/A/more{more}", 4 * KiB)
+                    more += 1
+                    settle(other_mnt)
+                    self.refresh()
+                pause.advance(daemon, lambda paused: paused[-1][1] == nxt.uuid and len(paused) > 1 and
+                              paused[-2][1] == fs.uuid, "the scanner between two trees")
+                if fds_on(daemon.proc.pid, fsids):
+                    return
+                pause.let_one_through()
+
         for round in range(5):
             # The scanner has read a tree of the filesystem and waits, its
             # fd still open, before the next tree: of the filesystem (its
             # scan in the middle), or every other time of the other one.
-            # (Mounts that other tests change make it drop its fd: then on.)
-            if round % 2 == 0:
-                pause.advance(daemon, lambda paused: held(paused, fs), "the scan in its middle")
-            for attempt in range(20) if round % 2 else ():
-                if attempt:  # the run is over: a tree of the filesystem to read again
-                    write_random(f"{mnt}/v{attempt}/more{round}", 4 * KiB)
-                    settle(mnt)
-                    self.refresh()
-                pause.advance(daemon, lambda paused: paused[-1][1] == fs.uuid, "a tree of the filesystem")
-                # ... and a tree of the other one, queued after it.
-                write_random(f"{other_mnt}/A/more{more}", 4 * KiB)
-                more += 1
-                settle(other_mnt)
-                self.refresh()
-                paused = pause.advance(daemon, lambda paused: paused[-1][1] == other.uuid, "a tree of the other one")
-                if held(paused, other):
-                    break
-                pause.let_one_through()
-            else:
-                self.assertEqual(round % 2, 0, "never held before a tree of the other filesystem")
+            hold(other if round % 2 else fs, round)
             self.refresh()  # the next refresh is a second away
             fs.umount(mnt)  # raises if busy
             wait_for(lambda: device_free(fs.device), "the device to be free", timeout=1)
