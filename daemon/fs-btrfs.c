@@ -338,7 +338,7 @@ static int extents_resize(SubvolumeScan *scan, size_t n) {
         const ScanControl *c = scan->control;
         DataExtent *p;
 
-        if (c && c->may_grow && !c->may_grow(n * sizeof(DataExtent), c->userdata))
+        if (c && c->may_grow && !c->may_grow(n * sizeof(DataExtent), c->userdata) && n > scan->allocated)
                 return -EFBIG;
         if (n == 0) {
                 free(scan->extents);

@@ -53,8 +53,8 @@ void btrfs_search_buffer_done(TreeSearchBuffer *b);
  * grow, if may_grow() agrees to the new size. */
 typedef struct ScanControl {
         const volatile bool *cancel;    /* true: stop with -ECANCELED */
-        /* The array is to take @bytes (more or less than now): whether it
-         * may.  Also told the final size, smaller.  NULL: no limit. */
+        /* The array is to take @bytes, more or less than now (it is told
+         * the final size too): whether it may grow.  NULL: no limit. */
         bool (*may_grow)(size_t bytes, void *userdata);
         void *userdata;
 } ScanControl;

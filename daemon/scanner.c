@@ -183,10 +183,11 @@ static bool reserve(size_t bytes, void *userdata) {
         bool ok;
 
         pthread_mutex_lock(&s->lock);
-        f = scan_fs_find(s, r->uuid);
-        ok = f && (bytes <= r->bytes || f->map_memory + f->held - r->bytes + bytes <= s->max_memory);
+        f = scan_fs_find(s, r->uuid);  /* gone: the job is cancelled */
+        ok = bytes <= r->bytes || (f && f->map_memory + f->held - r->bytes + bytes <= s->max_memory);
         if (ok) {
-                f->held = f->held - r->bytes + bytes;
+                if (f)
+                        f->held = f->held - r->bytes + bytes;
                 r->bytes = bytes;
                 if (bytes > r->peak)
                         r->peak = bytes;
