@@ -47,8 +47,9 @@ Scanner *scanner_free(Scanner *s);
  * came in. */
 bool scanner_update(Scanner *s, Model *model);
 
-/* The mount table changed: the worker drops its fd on a mount before it
- * reads on, and stops reading through a mount that is gone.  Call at
+/* The mount table changed: the worker's fd on a mount is closed (by the
+ * worker after the tree it reads through it, if any), and a read through
+ * a mount that is gone stops.  Call at
  * once, not with the next refresh: until then the filesystem of a umount
  * would stay alive (and its devices busy). */
 void scanner_mounts_changed(Scanner *s, MountSource source);
