@@ -107,21 +107,40 @@ bool extent_iter_next(ExtentIter *it, DataExtent *ret) {
         return true;
 }
 
-/* Packs sorted, distinct @extents. */
-static int pack(const DataExtent *extents, size_t n, uint8_t **ret, size_t *ret_size) {
-        uint8_t *p = malloc(n * 20 + 1), *fit;  /* 10 bytes per varint at the most */
-        uint64_t prev = 0;
+static size_t varint_size(uint64_t v) {
+        size_t n = 1;
+
+        while (v >= 0x80) {
+                v >>= 7;
+                n++;
+        }
+        return n;
+}
+
+static size_t packed_size(const DataExtent *extents, size_t n) {
         size_t size = 0;
+
+        for (size_t i = 0; i < n; i++)
+                size += varint_size(extents[i].bytenr - (i ? extents[i - 1].bytenr : 0)) +
+                        varint_size(extents[i].bytes);
+        return size;
+}
+
+/* Packs sorted, distinct @extents, into exactly the room they take. */
+static int pack(const DataExtent *extents, size_t n, uint8_t **ret, size_t *ret_size) {
+        size_t size = packed_size(extents, n);
+        uint8_t *p = malloc(size ?: 1);
+        uint64_t prev = 0;
+        size_t at = 0;
 
         if (!p)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
-                size += varint_put(p + size, extents[i].bytenr - prev);
-                size += varint_put(p + size, extents[i].bytes);
+                at += varint_put(p + at, extents[i].bytenr - prev);
+                at += varint_put(p + at, extents[i].bytes);
                 prev = extents[i].bytenr;
         }
-        fit = realloc(p, size ?: 1);
-        *ret = fit ?: p;
+        *ret = p;
         *ret_size = size;
         return 0;
 }
@@ -307,6 +326,24 @@ void extent_map_remove_user(ExtentMap *m, uint64_t id) {
         user_clear(m, u);
         memmove(u, u + 1, (size_t) (m->users + m->n_users - (u + 1)) * sizeof(ExtentUser));
         m->n_users--;
+}
+
+size_t extent_map_growth(const ExtentMap *m, uint64_t id, const DataExtent *extents, size_t n) {
+        size_t used = m->n_used, slots = m->n_slots, growth = packed_size(extents, n);
+
+        for (size_t i = 0; i < n; i++)
+                if (!slot_find(m, extents[i].bytenr))
+                        used++;
+        /* As ref_add() grows the table: doubling, from 1024 slots. */
+        while (used * 4 > slots * 3)
+                slots = slots ? slots * 2 : 1024;
+        if (slots > m->n_slots)
+                /* The last doubling copies from a table half the size. */
+                growth += (slots + (slots > 1024 ? slots / 2 : 0) - m->n_slots) * sizeof(struct ExtentSlot);
+        if (!extent_map_find_user(m, id) && m->n_users == m->allocated_users)
+                /* grow_array()'s next size, with the old array while it is copied */
+                growth += (m->n_users + 1 < 16 ? 16 : (m->n_users + 1) * 2) * sizeof(ExtentUser);
+        return growth;
 }
 
 size_t extent_map_memory(const ExtentMap *m) {

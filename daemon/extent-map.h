@@ -86,3 +86,10 @@ static inline size_t extent_map_size(const ExtentMap *m) {
 
 /* The memory the map holds: its table, its users and their extents. */
 size_t extent_map_memory(const ExtentMap *m);
+
+/* The most extent_map_memory() can rise above what it is now, at any
+ * moment, while extent_map_set_user() makes @extents (sorted, distinct)
+ * those of user @id: the new packed list (the old one goes only after
+ * it), new table slots (with both tables alive while one is copied into
+ * the other) and a larger user array. */
+size_t extent_map_growth(const ExtentMap *m, uint64_t id, const DataExtent *extents, size_t n);

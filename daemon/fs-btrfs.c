@@ -224,14 +224,81 @@ typedef struct SubvolumeScan {
         uint64_t inodes;
         DataExtent *extents;
         size_t n_extents, allocated;
-        const volatile bool *cancel;
+        const ScanControl *control;
 } SubvolumeScan;
+
+static void sift_down(DataExtent *a, size_t i, size_t n) {
+        for (size_t child; (child = 2 * i + 1) < n; i = child) {
+                if (child + 1 < n && a[child + 1].bytenr > a[child].bytenr)
+                        child++;
+                if (a[i].bytenr >= a[child].bytenr)
+                        return;
+                DataExtent t = a[i];
+                a[i] = a[child];
+                a[child] = t;
+        }
+}
+
+/* Sorts @a by bytenr and drops repeats, in place (qsort() would allocate
+ * a copy: glibc sorts by merging); returns how many are left. */
+static size_t sort_unique(DataExtent *a, size_t n) {
+        size_t out = 0;
+        bool sorted = true;
+
+        /* Often in order already: a file's extents mostly are. */
+        for (size_t i = 1; i < n && sorted; i++)
+                sorted = a[i - 1].bytenr <= a[i].bytenr;
+        if (!sorted) {
+                for (size_t i = n / 2; i-- > 0;)
+                        sift_down(a, i, n);
+                for (size_t end = n; end-- > 1;) {
+                        DataExtent t = a[0];
+                        a[0] = a[end];
+                        a[end] = t;
+                        sift_down(a, 0, end);
+                }
+        }
+        for (size_t i = 0; i < n; i++)
+                if (out == 0 || a[out - 1].bytenr != a[i].bytenr)
+                        a[out++] = a[i];
+        return out;
+}
+
+/* Resizes the extent array to @n entries, if may_grow() agrees. */
+static int extents_resize(SubvolumeScan *scan, size_t n) {
+        const ScanControl *c = scan->control;
+        DataExtent *p;
+
+        if (c && c->may_grow && !c->may_grow(n * sizeof(DataExtent), c->userdata) && n > scan->allocated)
+                return -EFBIG;
+        if (n == 0) {
+                free(scan->extents);
+                p = NULL;
+        } else if (!(p = reallocarray(scan->extents, n, sizeof(DataExtent)))) {
+                if (c && c->may_grow)
+                        (void) c->may_grow(scan->allocated * sizeof(DataExtent), c->userdata);
+                return -ENOMEM;
+        }
+        scan->extents = p;
+        scan->allocated = n;
+        return 0;
+}
+
+/* The array is full: drop repeats; grow only when that left less than a
+ * quarter free (else sorting again and again would gain little each time). */
+static int extents_make_room(SubvolumeScan *scan) {
+        scan->n_extents = sort_unique(scan->extents, scan->n_extents);
+        if (scan->allocated > 0 && scan->n_extents <= scan->allocated / 4 * 3)
+                return 0;
+        return extents_resize(scan, scan->allocated ? scan->allocated * 2 : 256);
+}
 
 static int scan_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
         SubvolumeScan *scan = userdata;
         struct btrfs_file_extent_item fe;
+        int r;
 
-        if (scan->cancel && *scan->cancel)
+        if (scan->control && scan->control->cancel && *scan->control->cancel)
                 return -ECANCELED;
         if (h->type == BTRFS_INODE_ITEM_KEY) {
                 scan->inodes++;
@@ -247,47 +314,39 @@ static int scan_item(const struct btrfs_ioctl_search_header *h, const void *data
         memcpy(&fe, data, sizeof(fe));
         if ((fe.type != BTRFS_FILE_EXTENT_REG && fe.type != BTRFS_FILE_EXTENT_PREALLOC) || fe.disk_bytenr == 0)
                 return 0;
-        if (grow_array(&scan->extents, &scan->allocated, scan->n_extents + 1, sizeof(DataExtent)) < 0)
-                return -ENOMEM;
+        if (scan->n_extents == scan->allocated) {
+                r = extents_make_room(scan);
+                if (r < 0)
+                        return r;
+        }
         scan->extents[scan->n_extents++] = (DataExtent) { .bytenr = le64toh(fe.disk_bytenr),
                                                           .bytes = le64toh(fe.disk_num_bytes) };
         return 0;
 }
 
-static int cmp_extent(const void *a, const void *b) {
-        uint64_t x = ((const DataExtent *) a)->bytenr, y = ((const DataExtent *) b)->bytenr;
-        return x < y ? -1 : x > y;
-}
-
-int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const volatile bool *cancel,
+int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const ScanControl *control,
                          uint64_t *ret_inodes, DataExtent **ret_extents, size_t *ret_n_extents) {
-        SubvolumeScan scan = { .cancel = cancel };
-        size_t n = 0;
+        SubvolumeScan scan = { .control = control };
         int r;
 
         /* Inodes and file extents of every file; the items in between
          * (names, xattrs, ...) come along and are skipped. */
         r = btrfs_tree_search(fd, buf, id, BTRFS_FIRST_FREE_OBJECTID, BTRFS_LAST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY,
                               BTRFS_EXTENT_DATA_KEY, 0, scan_item, &scan);
-        if (r < 0) {
-                free(scan.extents);
-                return r;
+        /* Each extent once, however many files and reflinks refer to it;
+         * kept as long as the subvolume exists: no spare room. */
+        if (r >= 0) {
+                scan.n_extents = sort_unique(scan.extents, scan.n_extents);
+                if (scan.n_extents < scan.allocated)
+                        r = extents_resize(&scan, scan.n_extents);
         }
-        /* Each extent once, however many files and reflinks refer to it. */
-        if (scan.n_extents > 0)
-                qsort(scan.extents, scan.n_extents, sizeof(DataExtent), cmp_extent);
-        for (size_t i = 0; i < scan.n_extents; i++)
-                if (n == 0 || scan.extents[n - 1].bytenr != scan.extents[i].bytenr)
-                        scan.extents[n++] = scan.extents[i];
-        /* Kept as long as the subvolume exists: no spare room. */
-        if (n > 0 && n < scan.allocated) {
-                DataExtent *fit = realloc(scan.extents, n * sizeof(DataExtent));
-                if (fit)
-                        scan.extents = fit;
+        if (r < 0) {
+                (void) extents_resize(&scan, 0);
+                return r;
         }
         *ret_inodes = scan.inodes;
         *ret_extents = scan.extents;
-        *ret_n_extents = n;
+        *ret_n_extents = scan.n_extents;
         return 0;
 }
 

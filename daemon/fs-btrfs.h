@@ -48,12 +48,25 @@ typedef struct TreeSearchBuffer {
 int btrfs_search_buffer_prepare(int fd, TreeSearchBuffer *b);
 void btrfs_search_buffer_done(TreeSearchBuffer *b);
 
+/* What a subvolume scan may do.  Its extent array (16 bytes an extent)
+ * starts small; when it fills, repeats are dropped in place (reflinks and
+ * clones repeat extents: a file doubled onto itself 21 times has 2^21
+ * items and one extent), and only when that frees too little does it
+ * grow, if may_grow() agrees to the new size. */
+typedef struct ScanControl {
+        const volatile bool *cancel;    /* true: stop with -ECANCELED */
+        /* The array is to take @bytes, more or less than now (it is told
+         * the final size too): whether it may grow.  NULL: no limit. */
+        bool (*may_grow)(size_t bytes, void *userdata);
+        void *userdata;
+} ScanControl;
+
 /* Reads subvolume @id's tree (CAP_SYS_ADMIN): its inode count and the
  * distinct data extents its files refer to (sorted; regular and
  * preallocated, holes and inline data left out), each with its size on
- * disk.  @buf: prepared for @fd's filesystem, or NULL.  Stops with
- * -ECANCELED when *@cancel becomes true. */
-int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const volatile bool *cancel,
+ * disk.  @buf: prepared for @fd's filesystem, or NULL.  -EFBIG when the
+ * distinct extents fill all that may_grow() allows. */
+int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const ScanControl *control,
                          uint64_t *ret_inodes, DataExtent **ret_extents, size_t *ret_n_extents);
 
 /* statfs() of the filesystem @fd is on. */

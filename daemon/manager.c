@@ -169,9 +169,15 @@ static void on_scan_results(void *userdata) {
         manager_schedule_refresh(userdata, 50 * 1000);
 }
 
-static void on_watch_change(void *userdata) {
+static void on_watch_change(void *userdata, bool mounts) {
+        Manager *m = userdata;
+
+        /* Not with the refresh (at most one a second): the filesystem of a
+         * umount must be let go of at once. */
+        if (mounts && m->scanner)
+                scanner_mounts_changed(m->scanner, m->model ? m->model->mounts.source : m->mount_source);
         /* A short delay gathers a burst of changes into one refresh. */
-        manager_schedule_refresh(userdata, 50 * 1000);
+        manager_schedule_refresh(m, 50 * 1000);
 }
 
 /* ---- exit when idle ---- */

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -17,6 +20,7 @@ typedef struct Job {
         uint8_t uuid[16];
         char *point;             /* a mount point of the filesystem */
         uint64_t mount_id;
+        unsigned dev_major, dev_minor;  /* of the mount's superblock */
         MountSource source;
         uint64_t id, generation, change_generation, creation_generation;
         uint64_t fs_generation, fs_fingerprint;  /* of the filesystem when queued */
@@ -25,9 +29,12 @@ typedef struct Job {
 typedef struct Result {
         Job job;
         int error;
+        bool reached;            /* the tree was searched on the job's filesystem */
         uint64_t inodes;
         DataExtent *extents;
         size_t n_extents;
+        size_t held;             /* bytes of @extents, counted in ScanFs.held */
+        size_t peak;             /* the most its extent array took while it was read */
         uint64_t finished_usec;  /* CLOCK_REALTIME */
         uint64_t finished_mono;  /* CLOCK_MONOTONIC */
 } Result;
@@ -47,6 +54,11 @@ typedef struct ScanFs {
         Failure *failures;       /* trees that could not be read: not again until they change */
         size_t n_failures, allocated_failures;
         bool too_big;            /* past max_memory: no figures for it */
+        /* Under lock, so that the worker keeps within max_memory too:
+         * the map's memory (plus what folding a tree in may add, while it
+         * does), and the extent lists outside it: read and waiting, or
+         * being read. */
+        size_t map_memory, held;
         bool seen;
         bool queued;             /* jobs made, not handed over yet */
         size_t batch;            /* trees read since the filesystem was last complete */
@@ -84,8 +96,20 @@ struct Scanner {
         bool busy;
         Job current;             /* while busy: what the worker reads */
         volatile bool cancel_current;
+        uint64_t mount_epoch;    /* moves with every mount change */
+        /* The worker's fd on a mount, kept across the jobs of a run
+         * (opening a clone of a mount costs more than reading a small
+         * tree).  A clone keeps its filesystem, and its devices, after
+         * umount: so the main thread closes it at a mount change unless
+         * it is busy (then the worker does, after the tree), without
+         * waiting for the worker (nice 19) to be scheduled. */
+        int worker_fd;
+        bool worker_fd_busy;
+        /* Test only (SUBVOLD_TEST_SCAN_PAUSE_FD): see worker_pause(). */
+        int pause_fd, pause_wakeup_fd;
 
-        /* The main thread's own. */
+        /* The main thread's own; the array itself changes under lock, as
+         * the worker looks its filesystems up. */
         ScanFs *fss;
         size_t n_fss, allocated_fss;
 };
@@ -121,43 +145,207 @@ static void worker_set_up(const Scanner *s) {
                 log_warning_errno(errno, "Cannot set the scanner's CPU priority to %d: %m", s->nice);
 }
 
-/* Reads one tree.  *fd is kept open across a run of jobs on the same
- * mount (opening a clone of the mount costs more than reading a small
- * tree); the worker closes it whenever it runs out of work. */
-static void worker_scan(Scanner *s, const Job *job, int *fd, TreeSearchBuffer *buf, Result *res) {
-        Mount mount = { .id = job->mount_id, .point = job->point };
+static ScanFs *scan_fs_find(Scanner *s, const uint8_t uuid[16]) {
+        for (size_t i = 0; i < s->n_fss; i++)
+                if (memcmp(s->fss[i].cached.uuid, uuid, 16) == 0)
+                        return &s->fss[i];
+        return NULL;
+}
 
-        res->error = 0;
-        if (*fd < 0) {
-                res->error = btrfs_open_mount(&mount, job->source, fd);
-                if (res->error >= 0)
-                        res->error = btrfs_search_buffer_prepare(*fd, buf);
+/* Under lock: @bytes of extent lists of @uuid outside its map are gone. */
+static void held_release(Scanner *s, const uint8_t uuid[16], size_t bytes) {
+        ScanFs *f = scan_fs_find(s, uuid);
+
+        if (f)
+                f->held -= bytes;
+}
+
+/* Under lock: ends a pause (see worker_pause()). */
+static void worker_wake(Scanner *s) {
+        uint64_t one = 1;
+
+        if (s->pause_wakeup_fd >= 0)
+                (void) write(s->pause_wakeup_fd, &one, sizeof one);
+}
+
+/* The extent array of the tree being read, counted in its ScanFs.held. */
+typedef struct Reservation {
+        Scanner *s;
+        const uint8_t *uuid;
+        size_t bytes, peak;
+} Reservation;
+
+/* ScanControl.may_grow: only within what max_memory leaves. */
+static bool reserve(size_t bytes, void *userdata) {
+        Reservation *r = userdata;
+        Scanner *s = r->s;
+        ScanFs *f;
+        bool ok;
+
+        pthread_mutex_lock(&s->lock);
+        f = scan_fs_find(s, r->uuid);  /* gone: the job is cancelled */
+        ok = bytes <= r->bytes || (f && f->map_memory + f->held - r->bytes + bytes <= s->max_memory);
+        if (ok) {
+                if (f)
+                        f->held = f->held - r->bytes + bytes;
+                r->bytes = bytes;
+                if (bytes > r->peak)
+                        r->peak = bytes;
         }
-        if (res->error >= 0)
-                res->error = btrfs_scan_subvolume(*fd, buf, job->id, &s->cancel_current, &res->inodes,
+        pthread_mutex_unlock(&s->lock);
+        return ok;
+}
+
+/* What the worker's fd on a mount (Scanner.worker_fd) is on. */
+typedef struct WorkerMount {
+        uint64_t mount_id, epoch;  /* Scanner.mount_epoch when opened */
+        uint8_t uuid[16];          /* of the filesystem, checked */
+        TreeSearchBuffer buf;
+} WorkerMount;
+
+/* Under lock. */
+static void worker_fd_close(Scanner *s) {
+        closep(&s->worker_fd);
+        s->worker_fd = -1;
+}
+
+/* Test only: with SUBVOLD_TEST_SCAN_PAUSE_FD naming an inherited fd (a
+ * pipe), the worker reads one byte from it before each tree, so that a
+ * test can hold a run in its middle; at EOF it stops pausing.  A
+ * cancelled job or a stop ends the pause too. */
+static void worker_pause(Scanner *s, const Job *job) {
+        char buf[UUID_STRING_MAX];
+
+        if (s->pause_fd < 0)
+                return;
+        log_debug("Paused before subvolume %" PRIu64 " of %s (through %s, mount %" PRIu64 ").", job->id,
+                  uuid_format(job->uuid, buf), job->point, job->mount_id);
+        for (;;) {
+                struct pollfd p[] = { { .fd = s->pause_fd, .events = POLLIN },
+                                      { .fd = s->pause_wakeup_fd, .events = POLLIN } };
+                uint64_t n;
+                bool over;
+                ssize_t k;
+                char c;
+
+                pthread_mutex_lock(&s->lock);
+                over = s->stop || s->cancel_current;
+                pthread_mutex_unlock(&s->lock);
+                if (over) {
+                        log_debug("Pause over: cancelled.");
+                        return;
+                }
+                if (poll(p, ELEMENTSOF(p), -1) < 0)
+                        continue;
+                if (p[1].revents & POLLIN)
+                        (void) read(s->pause_wakeup_fd, &n, sizeof n);
+                if (!p[0].revents)
+                        continue;
+                k = read(s->pause_fd, &c, 1);
+                if (k == 1) {
+                        log_debug("Pause over: next tree.");
+                        return;
+                }
+                if (k == 0 || errno != EINTR) {
+                        log_debug("Pause over: no more pauses.");
+                        closep(&s->pause_fd);
+                        s->pause_fd = -1;
+                        return;
+                }
+        }
+}
+
+/* An fd on the mount of @job, marked busy: the worker's, unless it is on
+ * another mount or a mount changed since it was opened. */
+static int worker_open(Scanner *s, const Job *job, WorkerMount *wm, int *ret_fd) {
+        Mount mount = { .id = job->mount_id, .point = job->point };
+        _cleanup_close_ int fd = -1;
+        char buf[UUID_STRING_MAX];
+        uint8_t fsid[16];
+        uint64_t epoch;
+        int r;
+
+        pthread_mutex_lock(&s->lock);
+        if (s->worker_fd >= 0 && wm->mount_id == job->mount_id && wm->epoch == s->mount_epoch &&
+            memcmp(wm->uuid, job->uuid, 16) == 0) {
+                s->worker_fd_busy = true;
+                *ret_fd = s->worker_fd;
+                pthread_mutex_unlock(&s->lock);
+                return 0;
+        }
+        worker_fd_close(s);
+        epoch = s->mount_epoch;
+        pthread_mutex_unlock(&s->lock);
+
+        r = btrfs_open_mount(&mount, job->source, &fd);
+        if (r < 0)
+                return r;
+        /* Mount ids are reused (mountinfo's at once): the mount may be
+         * another filesystem's by now. */
+        r = btrfs_read_fsid(fd, fsid);
+        if (r >= 0 && memcmp(fsid, job->uuid, 16) != 0) {
+                log_debug("%s is no longer btrfs filesystem %s; reading subvolume %" PRIu64 " later.", job->point,
+                          uuid_format(job->uuid, buf), job->id);
+                r = -ESTALE;
+        }
+        if (r >= 0)
+                r = btrfs_search_buffer_prepare(fd, &wm->buf);
+        if (r < 0)
+                return r;
+        wm->mount_id = job->mount_id;
+        wm->epoch = epoch;
+        memcpy(wm->uuid, job->uuid, 16);
+        pthread_mutex_lock(&s->lock);
+        s->worker_fd = *ret_fd = TAKE_FD(fd);
+        s->worker_fd_busy = true;
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+}
+
+/* Reads the tree of @res->job. */
+static void worker_scan(Scanner *s, WorkerMount *wm, Result *res) {
+        Reservation reservation = { .s = s, .uuid = res->job.uuid };
+        ScanControl control = { .cancel = &s->cancel_current, .may_grow = reserve, .userdata = &reservation };
+        char buf[UUID_STRING_MAX];
+        int fd;
+
+        res->error = worker_open(s, &res->job, wm, &fd);
+        if (res->error >= 0) {
+                res->reached = true;
+                res->error = btrfs_scan_subvolume(fd, &wm->buf, res->job.id, &control, &res->inodes,
                                                   &res->extents, &res->n_extents);
+                pthread_mutex_lock(&s->lock);
+                s->worker_fd_busy = false;
+                /* After an error the mount may be gone; after a mount
+                 * change, the main thread could not close it while busy. */
+                if (res->error < 0 || wm->epoch != s->mount_epoch)
+                        worker_fd_close(s);
+                pthread_mutex_unlock(&s->lock);
+        }
+        if (res->error == -EFBIG)
+                log_debug("Stopped reading subvolume %" PRIu64 " of %s: its distinct data extents do not fit in "
+                          "what --scan-max-memory leaves.", res->job.id, uuid_format(res->job.uuid, buf));
+        res->held = reservation.bytes;
+        res->peak = reservation.peak;
         res->finished_usec = clock_usec(CLOCK_REALTIME);
         res->finished_mono = clock_usec(CLOCK_MONOTONIC);
 }
 
 static void *worker(void *userdata) {
         Scanner *s = userdata;
-        _cleanup_close_ int fd = -1;
-        TreeSearchBuffer buf = {};
-        uint8_t fd_uuid[16] = {};
-        uint64_t fd_mount = 0, one = 1;
+        WorkerMount wm = {};
+        uint64_t one = 1;
 
         worker_set_up(s);
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 Result res = {};
 
-                if (jobs_empty(s) && fd >= 0) {
+                if (jobs_empty(s)) {
                         /* Out of work: no fd stays on any mount, no buffer
                          * in memory. */
-                        closep(&fd);
-                        fd = -1;
-                        btrfs_search_buffer_done(&buf);
+                        worker_fd_close(s);
+                        btrfs_search_buffer_done(&wm.buf);
                 }
                 while (!s->stop && jobs_empty(s))
                         pthread_cond_wait(&s->more, &s->lock);
@@ -171,22 +359,14 @@ static void *worker(void *userdata) {
                 pthread_mutex_unlock(&s->lock);
 
                 res.job = s->current;
-                if (fd >= 0 && (fd_mount != res.job.mount_id || memcmp(fd_uuid, res.job.uuid, 16) != 0)) {
-                        closep(&fd);
-                        fd = -1;
-                }
-                worker_scan(s, &res.job, &fd, &buf, &res);
-                if (res.error < 0 && fd >= 0) {
-                        closep(&fd);  /* the mount may be gone: open afresh next time */
-                        fd = -1;
-                }
-                fd_mount = res.job.mount_id;
-                memcpy(fd_uuid, res.job.uuid, 16);
+                worker_pause(s, &res.job);
+                worker_scan(s, &wm, &res);
 
                 pthread_mutex_lock(&s->lock);
                 s->busy = false;
                 if (s->cancel_current ||
                     grow_array(&s->results, &s->allocated_results, s->n_results + 1, sizeof(Result)) < 0) {
+                        held_release(s, res.job.uuid, res.held);
                         free(res.job.point);
                         free(res.extents);
                 } else
@@ -196,8 +376,9 @@ static void *worker(void *userdata) {
                 if (jobs_empty(s) || s->n_results % 256 == 0)
                         (void) write(s->wakeup_fd, &one, sizeof one);
         }
+        worker_fd_close(s);
         pthread_mutex_unlock(&s->lock);
-        btrfs_search_buffer_done(&buf);
+        btrfs_search_buffer_done(&wm.buf);
         return NULL;
 }
 
@@ -235,7 +416,7 @@ static void scanner_load(Scanner *s) {
                         extent_map_done(&fss[i].map);
                         continue;
                 }
-                *f = (ScanFs) { .cached = fss[i] };
+                *f = (ScanFs) { .cached = fss[i], .map_memory = extent_map_memory(&fss[i].map) };
                 users += f->cached.map.n_users;
         }
         free(fss);
@@ -261,6 +442,20 @@ static void scanner_save(Scanner *s) {
         s->unsaved = false;  /* tried: not again before new figures come */
 }
 
+/* Test only: see worker_pause(). */
+static int scanner_pause_setup(Scanner *s) {
+        const char *e = getenv("SUBVOLD_TEST_SCAN_PAUSE_FD");
+        uint64_t fd;
+
+        if (!e)
+                return 0;
+        if (parse_u64(e, &fd) < 0 || fd > INT_MAX || fcntl((int) fd, F_GETFD) < 0)
+                return log_error_errno(EBADF, "SUBVOLD_TEST_SCAN_PAUSE_FD=%s is no open fd.", e);
+        s->pause_fd = (int) fd;
+        s->pause_wakeup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        return s->pause_wakeup_fd < 0 ? -errno : 0;
+}
+
 int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_results)(void *userdata),
                 void *userdata, Scanner **ret) {
         Scanner *s = calloc(1, sizeof(Scanner));
@@ -268,7 +463,7 @@ int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_result
 
         if (!s)
                 return -ENOMEM;
-        s->wakeup_fd = -1;
+        s->wakeup_fd = s->worker_fd = s->pause_fd = s->pause_wakeup_fd = -1;
         s->on_results = on_results;
         s->userdata = userdata;
         s->max_memory = options->max_memory;
@@ -289,6 +484,9 @@ int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_result
                 r = -errno;
                 goto fail;
         }
+        r = scanner_pause_setup(s);
+        if (r < 0)
+                goto fail;
         r = sd_event_add_io(event, &s->wakeup, s->wakeup_fd, EPOLLIN, on_wakeup, s);
         if (r < 0)
                 goto fail;
@@ -317,6 +515,7 @@ Scanner *scanner_free(Scanner *s) {
                 s->stop = true;
                 s->cancel_current = true;
                 pthread_cond_signal(&s->more);
+                worker_wake(s);
                 pthread_mutex_unlock(&s->lock);
                 pthread_join(s->thread, NULL);
         }
@@ -338,16 +537,11 @@ Scanner *scanner_free(Scanner *s) {
         free(s->fss);
         sd_event_source_disable_unref(s->wakeup);
         closep(&s->wakeup_fd);
+        closep(&s->pause_fd);
+        closep(&s->pause_wakeup_fd);
         pthread_cond_destroy(&s->more);
         pthread_mutex_destroy(&s->lock);
         free(s);
-        return NULL;
-}
-
-static ScanFs *scan_fs_find(Scanner *s, const uint8_t uuid[16]) {
-        for (size_t i = 0; i < s->n_fss; i++)
-                if (memcmp(s->fss[i].cached.uuid, uuid, 16) == 0)
-                        return &s->fss[i];
         return NULL;
 }
 
@@ -356,11 +550,13 @@ static ScanFs *scan_fs_get(Scanner *s, const uint8_t uuid[16]) {
 
         if (f)
                 return f;
-        if (grow_array(&s->fss, &s->allocated_fss, s->n_fss + 1, sizeof(ScanFs)) < 0)
-                return NULL;
-        f = &s->fss[s->n_fss++];
-        *f = (ScanFs) {};
-        memcpy(f->cached.uuid, uuid, 16);
+        pthread_mutex_lock(&s->lock);
+        if (grow_array(&s->fss, &s->allocated_fss, s->n_fss + 1, sizeof(ScanFs)) >= 0) {
+                f = &s->fss[s->n_fss++];
+                *f = (ScanFs) {};
+                memcpy(f->cached.uuid, uuid, 16);
+        }
+        pthread_mutex_unlock(&s->lock);
         return f;
 }
 
@@ -402,8 +598,89 @@ static void jobs_cancel(Scanner *s, const uint8_t uuid[16]) {
         s->n_jobs = out;
         if (jobs_empty(s))
                 s->first_job = s->n_jobs = 0;
-        if (s->busy && memcmp(s->current.uuid, uuid, 16) == 0)
+        if (s->busy && memcmp(s->current.uuid, uuid, 16) == 0) {
                 s->cancel_current = true;
+                worker_wake(s);
+        }
+}
+
+/* Tells the worker what the map of @f holds now. */
+static void scan_fs_publish(Scanner *s, ScanFs *f) {
+        pthread_mutex_lock(&s->lock);
+        f->map_memory = extent_map_memory(&f->cached.map);
+        pthread_mutex_unlock(&s->lock);
+}
+
+/* Past max_memory: no figures for @f, and no more reading. */
+static void scan_fs_too_big(Scanner *s, ScanFs *f) {
+        char buf[UUID_STRING_MAX];
+
+        log_warning("btrfs filesystem %s needs more than %zu bytes to measure its usage; not measuring it "
+                    "(see --scan-max-memory).", uuid_format(f->cached.uuid, buf), s->max_memory);
+        extent_map_done(&f->cached.map);
+        f->too_big = true;
+        pthread_mutex_lock(&s->lock);
+        f->map_memory = 0;
+        jobs_cancel(s, f->cached.uuid);
+        pthread_mutex_unlock(&s->lock);
+}
+
+/* Folds one finished scan into the map of @f; returns whether figures
+ * changed. */
+static bool scan_fs_fold(Scanner *s, ScanFs *f, Result *res) {
+        char buf[UUID_STRING_MAX];
+        size_t growth;
+        bool fits;
+        int r;
+
+        if (res->error == -EFBIG) {
+                scan_fs_too_big(s, f);
+                return true;
+        }
+        /* Only a tree that could not be read on its own filesystem is its
+         * failure: a mount that went or was replaced, or a cancelled job,
+         * is read again when the filesystem is next reachable. */
+        if (res->error < 0 && res->reached && res->error != -ECANCELED &&
+            grow_array(&f->failures, &f->allocated_failures, f->n_failures + 1, sizeof(Failure)) >= 0) {
+                /* Deleted meanwhile, most likely; if not, it is tried
+                 * again when its tree changes. */
+                log_debug_errno(res->error, "Scan of subvolume %" PRIu64 " failed: %m", res->job.id);
+                f->failures[f->n_failures++] = (Failure) { res->job.id, res->job.generation,
+                                                           res->job.change_generation };
+        }
+        if (res->error < 0)
+                return false;
+        /* Room for the map's growth before it grows. */
+        growth = extent_map_growth(&f->cached.map, res->job.id, res->extents, res->n_extents);
+        pthread_mutex_lock(&s->lock);
+        fits = f->map_memory + growth + f->held <= s->max_memory;
+        if (fits)
+                f->map_memory += growth;
+        pthread_mutex_unlock(&s->lock);
+        if (!fits) {
+                free(res->extents);
+                scan_fs_too_big(s, f);
+                return true;
+        }
+        log_debug("Read the tree of subvolume %" PRIu64 " of %s: %" PRIu64 " inode(s), %zu extent(s), in %zu bytes.",
+                  res->job.id, uuid_format(f->cached.uuid, buf), res->inodes, res->n_extents, res->peak);
+        r = extent_map_set_user(&f->cached.map, res->job.id, res->job.generation, res->job.change_generation,
+                                res->inodes, res->finished_usec, res->extents, res->n_extents);
+        scan_fs_publish(s, f);
+        if (r < 0)
+                return false;
+        /* A subvolume's root item takes the generation of the transaction
+         * that changed it when that commits, so a change in the running
+         * transaction shows up then; except in a subvolume created in that
+         * very transaction, whose generation already is that one: read it
+         * again once the root tree shows a commit (its fingerprint moved). */
+        ExtentUser *u = (ExtentUser *) extent_map_find_user(&f->cached.map, res->job.id);
+        u->tentative = res->job.creation_generation >= res->job.fs_generation;
+        u->tentative_fingerprint = res->job.fs_fingerprint;
+        s->unsaved = true;
+        f->batch++;
+        f->batch_end = res->finished_mono;
+        return true;
 }
 
 /* Folds the finished scans into the extent maps. */
@@ -423,48 +700,14 @@ static bool scanner_take_results(Scanner *s) {
                 Result *res = &results[i];
                 ScanFs *f = scan_fs_find(s, res->job.uuid);
 
-                free(res->job.point);
-                if (f && !f->too_big && res->error < 0 && res->error != -ECANCELED &&
-                    grow_array(&f->failures, &f->allocated_failures, f->n_failures + 1, sizeof(Failure)) >= 0) {
-                        /* Deleted meanwhile, most likely; if not, it is
-                         * tried again when its tree changes. */
-                        log_debug_errno(res->error, "Scan of subvolume %" PRIu64 " failed: %m", res->job.id);
-                        f->failures[f->n_failures++] = (Failure) { res->job.id, res->job.generation,
-                                                                   res->job.change_generation };
-                }
-                if (!f || f->too_big || res->error < 0) {
+                if (f && !f->too_big)
+                        changed = scan_fs_fold(s, f, res) || changed;
+                else
                         free(res->extents);
-                        continue;
-                }
-                if (log_max_level >= LOG_LEVEL_DEBUG) {
-                        char buf[UUID_STRING_MAX];
-                        log_debug("Read the tree of subvolume %" PRIu64 " of %s: %" PRIu64 " inode(s), %zu extent(s).",
-                                  res->job.id, uuid_format(f->cached.uuid, buf), res->inodes, res->n_extents);
-                }
-                if (extent_map_set_user(&f->cached.map, res->job.id, res->job.generation, res->job.change_generation,
-                                        res->inodes, res->finished_usec, res->extents, res->n_extents) < 0)
-                        continue;
-                /* A subvolume's root item takes the generation of the
-                 * transaction that changed it when that commits, so a
-                 * change in the running transaction shows up then; except
-                 * in a subvolume created in that very transaction, whose
-                 * generation already is that one: read it again once the
-                 * root tree shows a commit (its fingerprint moved). */
-                ExtentUser *u = (ExtentUser *) extent_map_find_user(&f->cached.map, res->job.id);
-                u->tentative = res->job.creation_generation >= res->job.fs_generation;
-                u->tentative_fingerprint = res->job.fs_fingerprint;
-                changed = true;
-                s->unsaved = true;
-                f->batch++;
-                f->batch_end = res->finished_mono;
-                if (extent_map_memory(&f->cached.map) > s->max_memory) {
-                        char buf[UUID_STRING_MAX];
-                        log_warning("btrfs filesystem %s needs more than %zu bytes to measure its usage (%zu data "
-                                    "extents so far); not measuring it (see --scan-max-memory).",
-                                    uuid_format(f->cached.uuid, buf), s->max_memory, extent_map_size(&f->cached.map));
-                        extent_map_done(&f->cached.map);
-                        f->too_big = true;
-                }
+                pthread_mutex_lock(&s->lock);
+                held_release(s, res->job.uuid, res->held);
+                pthread_mutex_unlock(&s->lock);
+                free(res->job.point);
         }
         free(results);
         return changed;
@@ -498,7 +741,8 @@ static void job_add(JobList *l, const Mount *m, const Model *model, const Filesy
 
         if (!m || failed_before(f, sv) || grow_array(&l->jobs, &l->allocated, l->n + 1, sizeof(Job)) < 0)
                 return;
-        job = (Job) { .point = strdup(m->point), .mount_id = m->id, .source = model->mounts.source, .id = sv->id,
+        job = (Job) { .point = strdup(m->point), .mount_id = m->id, .dev_major = m->dev_major,
+                      .dev_minor = m->dev_minor, .source = model->mounts.source, .id = sv->id,
                       .generation = sv->generation, .change_generation = sv->change_generation,
                       .creation_generation = sv->creation_generation,
                       .fs_generation = fs->generation, .fs_fingerprint = fs->root_fingerprint };
@@ -578,13 +822,19 @@ bool scanner_update(Scanner *s, Model *model) {
                 if (!f)
                         continue;
                 f->seen = true;
-                if (f->too_big)
+                if (f->too_big) {
+                        /* Figures of trees read before, carried over by the model. */
+                        for (size_t j = 0; j < fs->n_subvolumes; j++)
+                                if (fs->subvolumes[j].usage.source == USAGE_SOURCE_SCAN)
+                                        fs->subvolumes[j].usage = USAGE_NONE;
                         continue;
+                }
                 /* Forget subvolumes that were deleted: what they shared may
                  * be exclusive to others now. */
                 for (size_t j = f->cached.map.n_users; j-- > 0;)
                         if (!filesystem_find_subvolume(fs, f->cached.map.users[j].id)) {
                                 extent_map_remove_user(&f->cached.map, f->cached.map.users[j].id);
+                                scan_fs_publish(s, f);
                                 changed = true;
                         }
                 /* ... and failures that no longer apply. */
@@ -647,4 +897,40 @@ bool scanner_update(Scanner *s, Model *model) {
         if (run_done)
                 scanner_save(s);
         return changed;
+}
+
+void scanner_mounts_changed(Scanner *s, MountSource source) {
+        uint64_t mount_id;
+        unsigned major, minor;
+        bool busy, found = false;
+        MountTable t;
+
+        pthread_mutex_lock(&s->lock);
+        s->mount_epoch++;
+        if (!s->worker_fd_busy)
+                worker_fd_close(s);
+        busy = s->busy;
+        mount_id = s->current.mount_id;
+        major = s->current.dev_major;
+        minor = s->current.dev_minor;
+        pthread_mutex_unlock(&s->lock);
+        if (!busy)
+                return;
+        /* Is the mount the worker reads through still there, on the same
+         * superblock (ids are reused)?  Reading on would keep an unmounted
+         * filesystem alive. */
+        if (mount_table_read(source, &t) >= 0) {
+                for (size_t i = 0; i < t.n_mounts && !found; i++)
+                        found = t.mounts[i].id == mount_id && t.mounts[i].dev_major == major &&
+                                t.mounts[i].dev_minor == minor;
+                mount_table_done(&t);
+        }
+        if (found)
+                return;
+        pthread_mutex_lock(&s->lock);
+        if (s->busy && s->current.mount_id == mount_id) {
+                s->cancel_current = true;
+                worker_wake(s);
+        }
+        pthread_mutex_unlock(&s->lock);
 }

@@ -21,7 +21,7 @@ typedef enum ScanIOClass {
 } ScanIOClass;
 
 typedef struct ScannerOptions {
-        size_t max_memory;       /* a filesystem whose extent map needs more gets no figures */
+        size_t max_memory;       /* per filesystem, at every moment; one that needs more gets no figures */
         int nice;                /* of the worker thread, -20..19 */
         ScanIOClass io_class;
         const char *cache_dir;   /* where scan.cache lives; NULL: not persisted */
@@ -46,3 +46,10 @@ Scanner *scanner_free(Scanner *s);
  * every new model, before publishing it.  Returns whether new figures
  * came in. */
 bool scanner_update(Scanner *s, Model *model);
+
+/* The mount table changed: the worker's fd on a mount is closed (by the
+ * worker after the tree it reads through it, if any), and a read through
+ * a mount that is gone stops.  Call at
+ * once, not with the next refresh: until then the filesystem of a umount
+ * would stay alive (and its devices busy). */
+void scanner_mounts_changed(Scanner *s, MountSource source);

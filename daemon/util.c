@@ -7,9 +7,11 @@ static void log_vprint(int level, int error, const char *format, va_list ap) {
         int saved = errno;
 
         errno = error;  /* so that %m prints the error we were given */
+        flockfile(stderr);  /* one line, also when the scanner thread logs */
         fprintf(stderr, "<%d>", level);
         vfprintf(stderr, format, ap);
         fputc('\n', stderr);
+        funlockfile(stderr);
         errno = saved;
 }
 

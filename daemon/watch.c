@@ -24,7 +24,7 @@ static int on_fanotify(sd_event_source *s, int fd, uint32_t revents, void *userd
          * whole mount table (a few µs).  Just drain the queue. */
         while (read(fd, buf, sizeof buf) > 0)
                 ;
-        w->on_change(w->userdata);
+        w->on_change(w->userdata, true);
         return 0;
 }
 
@@ -32,7 +32,7 @@ static int on_mountinfo(sd_event_source *s, int fd, uint32_t revents, void *user
         Watch *w = userdata;
 
         /* The poll that woke us consumed the event: nothing to read. */
-        w->on_change(w->userdata);
+        w->on_change(w->userdata, true);
         return 0;
 }
 
@@ -73,7 +73,7 @@ static int on_generation_timer(sd_event_source *s, uint64_t usec, void *userdata
         int r;
 
         if (*w->model && generations_moved(*w->model))
-                w->on_change(w->userdata);
+                w->on_change(w->userdata, false);
         r = sd_event_source_set_time(s, usec + WATCH_GENERATION_INTERVAL_USEC);
         if (r < 0)
                 log_warning_errno(r, "Failed to re-arm the generation timer: %m");

@@ -16,7 +16,8 @@
 #define WATCH_GENERATION_INTERVAL_USEC (500 * 1000ULL)
 
 typedef struct Watch Watch;
-typedef void (*watch_callback_t)(void *userdata);
+/* @mounts: the mount table changed (else a filesystem's generation). */
+typedef void (*watch_callback_t)(void *userdata, bool mounts);
 
 /* @model points to the manager's current model. */
 int watch_new(sd_event *event, Model **model, watch_callback_t on_change, void *userdata, Watch **ret);

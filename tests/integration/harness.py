@@ -393,7 +393,7 @@ class Daemon:
     socket, as systemd would.  stop() checks for a clean exit: status 0 on
     SIGTERM and no sanitizer report."""
 
-    def __init__(self, test, bus, *args, wrapper=(), env=None):
+    def __init__(self, test, bus, *args, wrapper=(), env=None, pass_fds=()):
         self.test = test
         notify_path = test.path(f"notify-{time.monotonic_ns()}")
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -401,7 +401,8 @@ class Daemon:
         self.stderr_path = test.path(f"subvold-{time.monotonic_ns()}.log")
         self.stderr = open(self.stderr_path, "wb")
         env = dict(bus.env, NOTIFY_SOCKET=notify_path, **(env or {}))
-        self.proc = subprocess.Popen([*wrapper, SUBVOLD, *args], env=env, stdout=self.stderr, stderr=self.stderr)
+        self.proc = subprocess.Popen([*wrapper, SUBVOLD, *args], env=env, stdout=self.stderr, stderr=self.stderr,
+                                     pass_fds=pass_fds)
         self.stopped = False
         test.stack.callback(self._cleanup)
         self._wait_ready()

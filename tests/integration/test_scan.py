@@ -7,11 +7,15 @@ dump-tree`); once against qgroups, enabled after the scan."""
 
 import collections
 import ctypes
+import fcntl
 import os
 import platform
 import re
+import itertools
+import struct
 import subprocess
 import threading
+import time
 
 from harness import (ROOT, FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
                      btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for)
@@ -23,6 +27,8 @@ SCAN_TIMEOUT = 90  # generous: a slow machine must fail nothing; nothing here me
 Usage = collections.namedtuple("Usage", "inodes referenced exclusive")
 SYS_ioprio_get = {"x86_64": 252, "aarch64": 31, "i686": 290}[platform.machine()]
 IOPRIO_CLASS_BE, IOPRIO_CLASS_IDLE = 2, 3
+FICLONERANGE, FS_IOC_FIEMAP = 0x4020940D, 0xC020660B
+SANITIZED = "libasan" in run("ldd", SUBVOLD).decode()
 
 
 def write_random(path, size):
@@ -44,6 +50,134 @@ def settle(mountpoint):
     """Commits everything, so that extents are allocated and on disk."""
     os.sync()
     run("btrfs", "filesystem", "sync", mountpoint)
+
+
+def double_by_cloning(path, times):
+    """Clones the file onto its own end @times times (FICLONERANGE of
+    [0, len) to [len, 2 len)): each doubles its file extent items, all on
+    the extents it had."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for _ in range(times):
+            length = os.fstat(fd).st_size
+            fcntl.ioctl(fd, FICLONERANGE, struct.pack("qQQQ", fd, 0, length, length))
+    finally:
+        os.close(fd)
+
+
+def preallocate(path, count):
+    """@count preallocated extents of 4 KiB, each its own (holes between)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for i in range(count):
+            os.posix_fallocate(fd, i * 8 * KiB, 4 * KiB)
+    finally:
+        os.close(fd)
+
+
+def file_extent_count(path):
+    """The file's extents as the kernel maps them (FIEMAP): one per file
+    extent item here, the same disk extent counting each time."""
+    with open(path, "rb") as f:
+        buf = bytearray(struct.pack("QQIIII", 0, 2**64 - 1, 0, 0, 0, 0))
+        fcntl.ioctl(f.fileno(), FS_IOC_FIEMAP, buf)
+    return struct.unpack("QQIIII", buf)[3]
+
+
+def mountinfo_id(point):
+    """The id /proc/self/mountinfo gives the mount on @point (the top one)."""
+    with open("/proc/self/mountinfo") as f:
+        ids = [int(line.split()[0]) for line in f if line.split()[4] == point]
+    return ids[-1] if ids else None
+
+
+def swap_mount(point, device):
+    """Unmounts @point and mounts the btrfs on @device there, syscall after
+    syscall: nothing of subvold's (a refresh opening clones of mounts) comes
+    in between to take the mount id just freed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(point), 0) < 0 or libc.mount(os.fsencode(device), os.fsencode(point), b"btrfs", 0,
+                                                            None) < 0:
+        raise OSError(ctypes.get_errno(), f"cannot mount {device} on {point}")
+
+
+def device_free(device):
+    """Whether nothing claims the block device: it opens O_EXCL."""
+    try:
+        os.close(os.open(device, os.O_RDONLY | os.O_EXCL))
+        return True
+    except OSError:
+        return False
+
+
+_PAUSED_RE = re.compile(r"^<7>Paused before subvolume (\d+) of (\S+) \(through (.*), mount (\d+)\)\.$", re.M)
+_PAUSE_OVER_RE = re.compile(r"^<7>Pause over: (.*)\.$", re.M)
+
+
+class ScanPause:
+    """subvold's test-only pause (SUBVOLD_TEST_SCAN_PAUSE_FD): its scanner
+    reads one byte from a pipe before each tree, of every btrfs it sees
+    (other tests' too), and logs where it waits and when it goes on.
+    advance() lets trees through one by one until the scanner waits before
+    one that is wanted; release() lets it run freely (EOF)."""
+
+    def __init__(self, test):
+        self.read_end, self.write_end = os.pipe()
+        self.sent = 0
+        test.stack.callback(self.release)
+        test.stack.callback(self._close_read_end)
+
+    def daemon_args(self):
+        return dict(env={"SUBVOLD_TEST_SCAN_PAUSE_FD": str(self.read_end)}, pass_fds=(self.read_end,))
+
+    def _close_read_end(self):
+        if self.read_end >= 0:
+            os.close(self.read_end)
+            self.read_end = -1
+
+    def waiting(self, daemon):
+        """Every pause so far as (id, uuid, mount point, mount id), when the scanner
+        waits in the last one and has read every byte sent; else None."""
+        log = daemon.log()
+        paused = [(int(m[1]), m[2], m[3], int(m[4])) for m in _PAUSED_RE.finditer(log)]
+        over = _PAUSE_OVER_RE.findall(log)
+        if len(paused) > len(over) and over.count("next tree") == self.sent:
+            return paused
+        return None
+
+    def advance(self, daemon, want, what):
+        """Lets trees through until the scanner waits and want(pauses so
+        far) is true; returns the pauses so far (the last: where it waits)."""
+        found = []
+
+        def step():
+            paused = self.waiting(daemon)
+            if paused is None:
+                return False
+            if want(paused):
+                found.append(paused)
+                return True
+            self.let_one_through()
+            return False
+
+        wait_for(step, what, timeout=SCAN_TIMEOUT)
+        return found[0]
+
+    def let_one_through(self):
+        """Lets the scanner read the tree it waits before (see waiting())."""
+        os.write(self.write_end, b"x")
+        self.sent += 1
+
+    def step(self, daemon):
+        """Lets one tree through, once the scanner waits, and waits for it
+        to pause again."""
+        n = len(self.advance(daemon, lambda paused: True, "the scanner to pause"))
+        self.advance(daemon, lambda paused: len(paused) > n, "the scanner to read a tree and pause again")
+
+    def release(self):
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self.write_end = -1
 
 
 # ---------------------------------------------------------------- ground truth: dump-tree
@@ -190,13 +324,15 @@ class ScanTest(TestCase):
         self.mountpoints.append(mnt)
         return fs, mnt
 
-    def start(self, *args):
+    def start(self, *args, pause=None):
         # The fixture is on disk before subvold first looks: the first scan
         # sees allocated extents, not data still waiting for writeback.
         for mnt in self.mountpoints:
             if os.path.ismount(mnt):
                 settle(mnt)
-        self.daemon = Daemon(self, self.bus, *args)
+        self.daemon = Daemon(self, self.bus, *args, **(pause.daemon_args() if pause else {}))
+        if pause:
+            pause._close_read_end()
         return self.daemon
 
     def refresh(self):
@@ -407,15 +543,23 @@ class ScanTest(TestCase):
         transaction is committed: the generation of its tree does not move
         then, yet its extents appear."""
         fs, mnt = self.make_fs()
-        self.start()
-        subvolume_create(f"{mnt}/B")
-        write_random(f"{mnt}/B/data", MiB)  # no sync
-        b = f"{fs.object_path}/{btrfs_rootid(f'{mnt}/B')}"
-        self.refresh()
-        wait_for(lambda: b in self.bus.managed_objects() and
-                 self.bus.get(b, SUBVOLUME_IFACE, "UsageSource") == "scan", "a first scan", timeout=SCAN_TIMEOUT)
+        daemon = self.start("-v")
+        # Anything may commit in between (a sync elsewhere on the machine):
+        # until a first read saw the data not yet written, try again.
+        for attempt in range(5):
+            subvolume_create(f"{mnt}/B{attempt}")
+            write_random(f"{mnt}/B{attempt}/data", MiB)  # no sync
+            b = btrfs_rootid(f"{mnt}/B{attempt}")
+            self.refresh()
+            read = []
+            wait_for(lambda: read.extend(re.findall(rf"Read the tree of subvolume {b} of {fs.uuid}: (.*)\.$",
+                                                    daemon.log(), re.M)) or read, "a first scan", timeout=SCAN_TIMEOUT)
+            if read[0].startswith("2 inode(s), 0 extent(s),"):
+                break
+        else:
+            self.fail("every first read came after a commit")
         usage = self.assert_scan_matches(fs, mnt)  # commits first
-        self.assertEqual(usage[btrfs_rootid(f"{mnt}/B")], Usage(2, MiB, MiB))
+        self.assertEqual(usage[b], Usage(2, MiB, MiB))
 
     def test_deleted_snapshot(self):
         fs, mnt = self.make_fs()
@@ -572,6 +716,85 @@ class ScanTest(TestCase):
         daemon.stop()
         self.assert_refused("--scan-max-memory=1T", "--scan-max-memory=", "--scan-max-memory=-1")
 
+    def peak_rss_baseline(self, *args):
+        """The peak RSS (VmHWM, kB) of subvold with @args measuring a
+        filesystem of one small file: what the daemon takes anyway."""
+        tiny, mnt = self.make_fs("tiny")
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/f", 4 * KiB)
+        daemon = self.start(*args)
+        self.assert_scan_matches(tiny, mnt)
+        peak = daemon.status("VmHWM")
+        daemon.stop()
+        tiny.umount(mnt)
+        self.mountpoints.remove(mnt)
+        return peak
+
+    def test_reflinks_within_max_memory(self):
+        """One file cloned onto its own end 21 times (FICLONERANGE): 2^21
+        file extent items, all on one 4 KiB extent; as an array, 32 MiB.
+        subvold drops repeats as it reads, so with --scan-max-memory=8M it
+        measures the file exactly, and its peak RSS stays under that of
+        the same daemon measuring a tiny filesystem, plus the cap."""
+        baseline = self.peak_rss_baseline("--scan-max-memory=8M")
+        fs, mnt = self.make_fs(size="4G")
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/f", 4 * KiB)
+        settle(mnt)
+        double_by_cloning(f"{mnt}/A/f", 21)
+        self.assertEqual(file_extent_count(f"{mnt}/A/f"), 2**21, "fixture: not one item per 4 KiB")
+        a = btrfs_rootid(f"{mnt}/A")
+        daemon = self.start("--scan-max-memory=8M", "-v")
+        wait_for(lambda: (lambda p: p and p.get(a, {}).get("UsageSource") == "scan")(self.published(fs)),
+                 "the scan", timeout=SCAN_TIMEOUT)
+        got = self.published(fs)[a]
+        self.assertEqual(Usage(got["Inodes"], got["ReferencedBytes"], got["ExclusiveBytes"]),
+                         Usage(2, 4 * KiB, 4 * KiB))
+        # What the scanner counted for the array as it read (the only
+        # check under ASan, where RSS says nothing).
+        read = re.search(rf"Read the tree of subvolume {a} of {fs.uuid}: 2 inode\(s\), 1 extent\(s\), in (\d+) bytes",
+                         daemon.log())
+        self.assertTrue(read, daemon.log())
+        self.assertLessEqual(int(read[1]), 8 * MiB)
+        if not SANITIZED:  # ASan's quarantine and shadow memory make RSS meaningless
+            self.assertLess(daemon.status("VmHWM"), baseline + 8 * 1024,
+                            f"peak RSS {daemon.status('VmHWM')} kB, baseline {baseline} kB")
+        daemon.stop()
+
+    def test_extents_past_max_memory(self):
+        """Trees with more distinct extents than --scan-max-memory=1M can
+        hold: one of 80,000 preallocated extents (1.25 MiB as an array) is
+        read no further once they do not fit; one of 20,000 (an array of
+        320 KiB, but 1.5 MiB of table in the map) is read, and refused
+        before the map takes it in.  Either way one warning, no figures for
+        the filesystem, and a peak RSS under a baseline plus the cap."""
+        baseline = self.peak_rss_baseline("--scan-max-memory=1M")
+        for count, stopped in ((80000, True), (20000, False)):
+            fs, mnt = self.make_fs(f"fs{count}", size="1G")
+            subvolume_create(f"{mnt}/A")
+            preallocate(f"{mnt}/A/f", count)
+            settle(mnt)
+            self.assertEqual(file_extent_count(f"{mnt}/A/f"), count, "fixture: extents merged")
+            a = btrfs_rootid(f"{mnt}/A")
+            daemon = self.start("--scan-max-memory=1M", "-v")
+            warning = f"btrfs filesystem {fs.uuid} needs more than 1048576 bytes"
+            wait_for(lambda: warning in daemon.log(), "the warning", timeout=SCAN_TIMEOUT)
+            self.refresh()
+            log = daemon.log()
+            self.assertEqual(f"Stopped reading subvolume {a} of {fs.uuid}:" in log, stopped, log)
+            self.assertNotIn(f"Read the tree of subvolume {a} of {fs.uuid}:", log)
+            self.assertEqual(log.count(warning), 1, log)
+            published = self.published(fs)
+            self.assertTrue(published)
+            for props in published.values():
+                self.assertEqual((props["UsageSource"], props["Inodes"]), ("none", 2**64 - 1))
+            if not SANITIZED:  # ASan's quarantine and shadow memory make RSS meaningless
+                self.assertLess(daemon.status("VmHWM"), baseline + 1024,
+                                f"peak RSS {daemon.status('VmHWM')} kB, baseline {baseline} kB")
+            daemon.stop()
+            fs.umount(mnt)
+            self.mountpoints.remove(mnt)
+
     def assert_refused(self, *options):
         """Each option=value is refused at start: exit status 2 and a line
         naming the option."""
@@ -618,26 +841,31 @@ class ScanTest(TestCase):
 
     # ------------------------------------------------------------ many subvolumes, changing under the scan
 
-    def populate(self, mnt, count):
-        """@count subvolumes, each with two small data files and an inline
-        one, and every tenth also snapshotted, so that a scan takes a while
-        and extents are shared."""
+    def populate(self, mnt, count, scale=1):
+        """@count subvolumes, each with two small data files (@scale times
+        larger) and an inline one, and every tenth also snapshotted, so
+        that a scan takes a while and extents are shared."""
         for i in range(count):
             subvolume_create(f"{mnt}/v{i}")
-            write_random(f"{mnt}/v{i}/a", 4 * KiB * (1 + i % 4))
-            write_random(f"{mnt}/v{i}/b", 8 * KiB)
+            write_random(f"{mnt}/v{i}/a", 4 * KiB * (1 + i % 4) * scale)
+            write_random(f"{mnt}/v{i}/b", 8 * KiB * scale)
             write_random(f"{mnt}/v{i}/c", 200)
             if i % 10 == 0:
                 snapshot(f"{mnt}/v{i}", f"{mnt}/s{i}", readonly=True)
         settle(mnt)
 
     def test_subvolumes_change_while_scanning(self):
-        """Subvolumes deleted and created while the first scan runs: in the
-        end the published figures are those of the trees that remain, and
-        the deleted ones' extents no longer count as shared."""
+        """Subvolumes deleted and created while the first scan runs (held
+        in its middle, and let on a tree at a time meanwhile): in the end
+        the published figures are those of the trees that remain, and the
+        deleted ones' extents no longer count as shared."""
         fs, mnt = self.make_fs(size="1G")
         self.populate(mnt, 200)
-        daemon = self.start()
+        pause = ScanPause(self)
+        daemon = self.start("-v", pause=pause)
+        of_fs = lambda paused: [p for p in paused if p[1] == fs.uuid]
+        pause.advance(daemon, lambda paused: paused[-1][1] == fs.uuid and len(of_fs(paused)) > 10,
+                      "the scan in its middle")
         failures = []
 
         def churn():
@@ -654,12 +882,16 @@ class ScanTest(TestCase):
         thread = threading.Thread(target=churn)
         thread.start()
         try:
-            for _ in range(10):
+            while thread.is_alive():
+                if len(of_fs(pause.waiting(daemon) or [])) < 150:  # of some 220 trees
+                    pause.step(daemon)
                 self.refresh()
                 self.bus.managed_objects()
         finally:
             thread.join()
         self.assertEqual(failures, [])
+        self.assertEqual(self.trees_read(daemon, fs)[1], [], "the first run was over before the churn")
+        pause.release()
         run("btrfs", "subvolume", "sync", mnt)
         usage = self.assert_scan_matches(fs, mnt)
         self.assertTrue(daemon.alive(), "subvold died")
@@ -671,11 +903,14 @@ class ScanTest(TestCase):
         self.assertEqual(self.bus.get(fs.object_path, FS_IFACE, "ScanProgress"), 1.0)
 
     def test_unmounted_while_scanning(self):
-        """A filesystem unmounted during its scan: the umount succeeds, its
-        objects go, subvold lets go of it (no fd, no clone keeping it alive)
-        and goes on measuring the others; SIGTERM still exits 0."""
+        """A filesystem unmounted in the middle of its scan, five times: the
+        umount succeeds, and subvold lets go of the filesystem at once, not
+        with its next refresh (rate-limited to one a second): its block
+        device opens O_EXCL within a second, while its objects are still
+        published.  They go then; the other filesystem is measured; no fd
+        stays; SIGTERM still exits 0."""
         fs, mnt = self.make_fs(size="1G")
-        self.populate(mnt, 200)
+        self.populate(mnt, 30)
         other, other_mnt = self.make_fs("other")
         subvolume_create(f"{other_mnt}/A")
         write_random(f"{other_mnt}/A/data", MiB)
@@ -689,21 +924,118 @@ class ScanTest(TestCase):
             self.assertTrue(fds_on(os.getpid(), fsids), "fds_on() misses an fd")  # the check works
         finally:
             os.close(fd)
-        daemon = self.start()
-        fs.umount(mnt)  # raises if busy
-        wait_for(lambda: not any(p.startswith(fs.object_path) for p in self.bus.managed_objects()),
-                 "the unmounted filesystem's objects to go", timeout=SCAN_TIMEOUT)
+        pause = ScanPause(self)
+        daemon = self.start("-v", pause=pause)
+        more = 0  # files written into the other filesystem's A
+
+        def hold(nxt, round):
+            """Waits until the scanner, having read a tree of the
+            filesystem, waits before a tree of @nxt, its fd on the
+            filesystem still open.  A mount change anywhere (other tests
+            mount too) makes it drop that fd: then again, with trees
+            changed so that they are queued in that order."""
+            nonlocal more
+            deadline = time.monotonic() + SCAN_TIMEOUT
+            for attempt in itertools.count():
+                self.assertLess(time.monotonic(), deadline, f"never held before a tree of {nxt.uuid}")
+                if attempt:  # two trees of the filesystem to read again
+                    for i in range(2):
+                        write_random(f"{mnt}/v{(2 * attempt + i) % 30}/more{round}-{attempt}", 4 * KiB)
+                    settle(mnt)
+                    self.refresh()
+                if nxt is other:  # ... and then one of the other
+                    pause.advance(daemon, lambda paused: paused[-1][1] == fs.uuid, "a tree of the filesystem")
+                    write_random(f"{other_mnt}/A/more{more}", 4 * KiB)
+                    more += 1
+                    settle(other_mnt)
+                    self.refresh()
+                pause.advance(daemon, lambda paused: paused[-1][1] == nxt.uuid and len(paused) > 1 and
+                              paused[-2][1] == fs.uuid, "the scanner between two trees")
+                if fds_on(daemon.proc.pid, fsids):
+                    return
+                pause.let_one_through()
+
+        for round in range(5):
+            # The scanner has read a tree of the filesystem and waits, its
+            # fd still open, before the next tree: of the filesystem (its
+            # scan in the middle), or every other time of the other one.
+            hold(other if round % 2 else fs, round)
+            self.refresh()  # the next refresh is a second away
+            fs.umount(mnt)  # raises if busy
+            wait_for(lambda: device_free(fs.device), "the device to be free", timeout=1)
+            self.assertEqual(self.bus.get(fs.object_path, FS_IFACE, "Uuid"), fs.uuid, "let go of only by a refresh")
+            wait_for(lambda: not any(p.startswith(fs.object_path) for p in self.bus.managed_objects()),
+                     "the unmounted filesystem's objects to go", timeout=SCAN_TIMEOUT)
+            fs.mount(mnt)
+        pause.release()
         self.assertTrue(daemon.alive(), "subvold died")
-        # The superblock lives as long as anything (an fd, a mount clone) holds it.
-        wait_for(lambda: not os.path.exists(f"/sys/fs/btrfs/{fs.uuid}"), "the filesystem to be released",
-                 timeout=SCAN_TIMEOUT)
+        self.assert_scan_matches(fs, mnt)
         usage = self.assert_scan_matches(other, other_mnt)
-        self.assertEqual(usage[btrfs_rootid(f"{other_mnt}/A")], Usage(2, MiB, MiB))
+        written = MiB + more * 4 * KiB
+        self.assertEqual(usage[btrfs_rootid(f"{other_mnt}/A")], Usage(2 + more, written, written))
         # A generation check opens a mount for some µs twice a second: look
         # until a sample shows none.
         wait_for(lambda: not fds_on(daemon.proc.pid, fsids), "no fd on our filesystems between operations",
                  timeout=SCAN_TIMEOUT)
         daemon.stop()  # exit status 0, no sanitizer report
+
+    def test_mount_replaced_while_scanning(self):
+        """With --mountinfo (whose mount ids the kernel hands out again at
+        once), the mount through which A is being scanned is replaced by
+        another btrfs B at the same mount point, and back, five times; A
+        stays mounted elsewhere too, so what the scanner knows of it stays.
+        B has subvolumes with the same ids and other contents.  In the end
+        every subvolume of A, the read-only snapshot included, has
+        UsageSource "scan" and the figures of its own trees: a replaced
+        mount is no failure of a subvolume, and B's trees never stand in
+        for A's."""
+        a, a_mnt = self.make_fs("a")
+        b, b_mnt = self.make_fs("b")
+        for mnt, scale in ((a_mnt, 1), (b_mnt, 3)):
+            # S, a read-only snapshot of the top level, is the first
+            # subvolume: the scanner reads it right after the top level.
+            write_random(f"{mnt}/data", 64 * KiB * scale)
+            snapshot(mnt, f"{mnt}/S", readonly=True)
+            self.populate(mnt, 30, scale)  # enough trees of A for every round
+        s_id = btrfs_rootid(f"{a_mnt}/S")
+        self.assertEqual(btrfs_rootid(f"{b_mnt}/S"), s_id)
+        settle(b_mnt)
+        b.umount(b_mnt)
+        a.mount(self.path("a2"))
+        pause = ScanPause(self)
+        daemon = self.start("--mountinfo", "-v", pause=pause)
+        refused = re.compile(rf"^<7>(.*) is no longer btrfs filesystem {a.uuid}; reading subvolume \d+ later\.$",
+                             re.M)
+        # The kernel hands out the lowest free id, which is not always the
+        # one just freed: go on until B took the id a job of A waits with.
+        replaced = 0
+        for round in range(30):
+            if round >= 5 and replaced:
+                break
+            # Before a tree of A (the first time: of the top level, the
+            # read-only snapshot S next in line), its mount goes and B
+            # takes its place.
+            where = pause.advance(daemon, lambda paused: paused[-1][1] == a.uuid and (round or paused[-1][0] == 5),
+                                  "the scanner before a tree of A")[-1][2]
+            swap_mount(where, b.device)
+            # The next tree of A.
+            n = len(refused.findall(daemon.log()))
+            paused = pause.advance(daemon, lambda paused: paused[-1][1] == a.uuid, "the scanner before a tree of A")
+            if round == 0:
+                self.assertEqual(paused[-1][0], s_id, "fixture: S is not next")
+            pause.let_one_through()
+            if paused[-1][2:] == (where, mountinfo_id(where)):
+                replaced += 1
+                wait_for(lambda: len(refused.findall(daemon.log())) > n, "the scanner to refuse B")
+            else:  # done with it once it waits before another tree
+                wait_for(lambda: len(pause.waiting(daemon) or ()) > len(paused), "the scanner to go on")
+            swap_mount(where, a.device)
+        self.assertTrue(replaced, "B never got the mount id of a job of A")
+        pause.release()
+        usage = self.assert_scan_matches(a, a_mnt)
+        self.assertEqual(usage[s_id], Usage(2, 64 * KiB, 0))
+        self.assertTrue(daemon.alive(), "subvold died")
+
 
 if __name__ == "__main__":
     main()

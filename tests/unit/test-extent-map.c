@@ -58,6 +58,32 @@ static void test_sharing(void) {
         extent_map_done(&m);
 }
 
+/* extent_map_growth() covers what the map takes on, table doubling
+ * included, and is exact when nothing is left to guess. */
+static void test_growth(void) {
+        ExtentMap m = {};
+        DataExtent *e = calloc(800, sizeof(DataExtent));
+        size_t before, growth;
+
+        for (size_t i = 0; i < 800; i++)
+                e[i] = (DataExtent) { .bytenr = (i + 1) * 2 * K, .bytes = K };
+        /* 800 new extents: past 3/4 of 1024 slots, so 2048, copied from
+         * 1024; the first 16 users; the packed list. */
+        growth = extent_map_growth(&m, 256, e, 800);
+        g_assert_cmpint(extent_map_set_user(&m, 256, 1, 1, 1, 0, e, 800), ==, 0);
+        before = extent_map_memory(&m);
+        g_assert_cmpuint(m.n_slots, ==, 2048);
+        g_assert_cmpuint(growth, ==, before + 1024 * 32);
+        /* A snapshot: no new slot, no new user room; its list alone. */
+        e = calloc(800, sizeof(DataExtent));
+        for (size_t i = 0; i < 800; i++)
+                e[i] = (DataExtent) { .bytenr = (i + 1) * 2 * K, .bytes = K };
+        growth = extent_map_growth(&m, 257, e, 800);
+        g_assert_cmpint(extent_map_set_user(&m, 257, 1, 1, 1, 0, e, 800), ==, 0);
+        g_assert_cmpuint(extent_map_memory(&m), ==, before + growth);
+        extent_map_done(&m);
+}
+
 static void test_many(void) {
         enum { N = 20000 };
         ExtentMap m = {};
@@ -154,6 +180,7 @@ int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/extent-map/sharing", test_sharing);
         g_test_add_func("/extent-map/many", test_many);
+        g_test_add_func("/extent-map/growth", test_growth);
         g_test_add_func("/extent-map/user-order", test_user_order);
         g_test_add_func("/extent-map/packing", test_packing);
         g_test_add_func("/extent-map/packed-checked", test_packed_checked);
