@@ -30,24 +30,14 @@ static int mount_fsid(const Model *model, uint64_t mount_id, uint8_t ret[16]) {
         return btrfs_read_fsid(fd, ret);
 }
 
-/* The subvolume holding the file behind the fd in @message's first
- * argument; sets a named error otherwise.  The filesystem is matched by
- * its full fsid, which the fd itself tells, so that a filesystem made to
- * look alike (same f_fsid fold, same subvolume id) is never taken for
- * another. */
-static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_fd, const Subvolume **ret,
-                                  sd_bus_error *error) {
+int bus_lookup_subvolume_by_fd(const Model *model, int fd, const Subvolume **ret, FdIdentity *ret_id,
+                               sd_bus_error *error) {
         const Filesystem *fs;
         FdIdentity id = {};
-        int fd, r;
+        int r;
 
-        r = sd_bus_message_read(message, "h", &fd);
-        if (r < 0)
-                return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
-                                        "The call carries no usable file descriptor.");
-
-        r = btrfs_identify_fd(fd, m->model->mounts.source == MOUNT_SOURCE_LISTMOUNT, &id);
-        if (r == -ENOENT && !model_is_btrfs_device(m->model, id.dev))
+        r = btrfs_identify_fd(fd, model->mounts.source == MOUNT_SOURCE_LISTMOUNT, &id);
+        if (r == -ENOENT && !model_is_btrfs_device(model, id.dev))
                 r = -EMEDIUMTYPE;
         if (r == -EMEDIUMTYPE)
                 return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_BTRFS,
@@ -60,12 +50,12 @@ static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_
         if (r < 0)
                 return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                          "Cannot inspect the file descriptor: %s", strerror(-r));
-        if (!id.have_fsid && mount_fsid(m->model, id.mount_id, id.fsid) < 0)
+        if (!id.have_fsid && mount_fsid(model, id.mount_id, id.fsid) < 0)
                 return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
                                         "The file descriptor refers to a FIFO, socket, device node or symbolic "
                                         "link on a mount that subvold cannot see; pass a file descriptor of a "
                                         "regular file or directory instead.");
-        fs = model_find_filesystem(m->model, id.fsid);
+        fs = model_find_filesystem(model, id.fsid);
         if (!fs)
                 return sd_bus_error_set(error, SUBVOLD_ERROR_NOT_FOUND,
                                         "The file is on a btrfs filesystem that is not mounted in subvold's "
@@ -75,6 +65,24 @@ static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_
                 return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
                                          "Subvolume %" PRIu64 " is not in subvold's model yet; "
                                          "call Refresh() or try again later.", id.subvolume_id);
+        if (ret_id)
+                *ret_id = id;
+        return 0;
+}
+
+/* The subvolume holding the file behind the fd in @message's first
+ * argument; sets a named error otherwise. */
+static int lookup_subvolume_by_fd(Manager *m, sd_bus_message *message, int *ret_fd, const Subvolume **ret,
+                                  sd_bus_error *error) {
+        int fd, r;
+
+        r = sd_bus_message_read(message, "h", &fd);
+        if (r < 0)
+                return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                        "The call carries no usable file descriptor.");
+        r = bus_lookup_subvolume_by_fd(m->model, fd, ret, NULL, error);
+        if (r < 0)
+                return r;
         *ret_fd = fd;
         return 0;
 }

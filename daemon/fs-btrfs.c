@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/btrfs.h>
 #include <linux/btrfs_tree.h>
 #include <linux/fs.h>
@@ -42,6 +43,28 @@ int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd) {
                 fd = open(m->point, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
         if (fd < 0)
                 return -errno;
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int btrfs_pin_mount(const Mount *m, MountSource source, const uint8_t fsid[16], int *ret_fd) {
+        unsigned mask = source == MOUNT_SOURCE_LISTMOUNT ? STATX_MNT_ID_UNIQUE_COMPAT : STATX_MNT_ID_COMPAT;
+        _cleanup_close_ int fd = open(m->point, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+        struct statx_compat stx = {};
+        uint8_t u[16];
+        int r;
+
+        if (fd < 0)
+                return -errno;
+        if (sys_statx(fd, "", AT_EMPTY_PATH, mask, &stx) < 0)
+                return -errno;
+        if (!(stx.stx_mask & mask) || stx.stx_mnt_id != m->id)
+                return -ESTALE;
+        r = btrfs_read_fsid(fd, u);
+        if (r < 0)
+                return r;
+        if (memcmp(u, fsid, 16) != 0)
+                return -ESTALE;  /* mountinfo's ids are reused */
         *ret_fd = TAKE_FD(fd);
         return 0;
 }
@@ -124,15 +147,23 @@ void btrfs_search_buffer_done(TreeSearchBuffer *b) {
         *b = (TreeSearchBuffer) {};
 }
 
-/* Calls @item for every item of tree @tree_id between the two keys, in
- * key order, in leaves written in transaction @min_transid or later.  The
- * key space is one 136-bit range, so items of other types between the two
- * objectids come too: @item filters.  @buf may be NULL: a buffer is
- * allocated for this search alone. */
-static int btrfs_tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, uint64_t min_objectid,
-                             uint64_t max_objectid, uint32_t min_type, uint32_t max_type, uint64_t min_transid,
-                             int (*item)(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata),
-                             void *userdata) {
+typedef int (*tree_item_t)(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata);
+
+/* A key of a btrfs tree, in CPU byte order. */
+typedef struct TreeKey {
+        uint64_t objectid;
+        uint8_t type;
+        uint64_t offset;
+} TreeKey;
+
+/* Calls @item for every item of tree @tree_id whose key lies between @min
+ * and @max (objectid, type, offset, compared in that order: the key
+ * space is one 136-bit range), in key order, in leaves written in
+ * transaction @min_transid or later, until @item returns non-zero
+ * (negative: an error).  @buf may be NULL: a buffer is allocated for this
+ * search alone. */
+static int tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, TreeKey min, TreeKey max,
+                       uint64_t min_transid, tree_item_t item, void *userdata) {
         _cleanup_free_ struct btrfs_ioctl_search_args_v2 *own = NULL;
         struct btrfs_ioctl_search_args_v2 *args;
         uint32_t nodesize = 0;
@@ -145,12 +176,12 @@ static int btrfs_tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, ui
                 return -ENOMEM;
         args->key = (struct btrfs_ioctl_search_key) {
                 .tree_id = tree_id,
-                .min_objectid = min_objectid,
-                .max_objectid = max_objectid,
-                .min_type = min_type,
-                .max_type = max_type,
-                .min_offset = 0,
-                .max_offset = UINT64_MAX,
+                .min_objectid = min.objectid,
+                .max_objectid = max.objectid,
+                .min_type = min.type,
+                .max_type = max.type,
+                .min_offset = min.offset,
+                .max_offset = max.offset,
                 .min_transid = min_transid,
                 .max_transid = UINT64_MAX,
         };
@@ -169,8 +200,8 @@ static int btrfs_tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, ui
                          * out; @item copies what it reads of the data. */
                         memcpy(&hdr, args->buf + off, sizeof(hdr));
                         r = item(&hdr, args->buf + off + sizeof(hdr), userdata);
-                        if (r < 0)
-                                return r;
+                        if (r != 0)
+                                return r < 0 ? r : 0;  /* positive: found what it wanted */
                         off += sizeof(hdr) + hdr.len;
                 }
                 /* The kernel stops at the end of the range or when the next
@@ -180,18 +211,26 @@ static int btrfs_tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, ui
                 if (nodesize > 0 && SEARCH_BUF_SIZE - off >= sizeof(hdr) + nodesize)
                         return 0;
                 /* Continue right after the last key returned. */
+                if (h->objectid == max.objectid && h->type == max.type && h->offset == max.offset)
+                        return 0;
                 args->key.min_objectid = h->objectid;
                 args->key.min_type = h->type;
                 args->key.min_offset = h->offset + 1;
-                if (h->offset == UINT64_MAX) {
-                        args->key.min_offset = 0;
-                        if (++args->key.min_type > max_type) {
-                                args->key.min_type = min_type;
-                                if (args->key.min_objectid++ == max_objectid)
-                                        return 0;
-                        }
+                if (h->offset == UINT64_MAX && ++args->key.min_type > UINT8_MAX) {
+                        args->key.min_type = 0;
+                        args->key.min_objectid++;
                 }
         }
+}
+
+/* tree_search() over whole objectids: from (@min_objectid, @min_type, 0) to
+ * (@max_objectid, @max_type, UINT64_MAX).  Items of other types between the
+ * two objectids come too: @item filters. */
+static int btrfs_tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, uint64_t min_objectid,
+                             uint64_t max_objectid, uint32_t min_type, uint32_t max_type, uint64_t min_transid,
+                             tree_item_t item, void *userdata) {
+        return tree_search(fd, buf, tree_id, (TreeKey) { min_objectid, (uint8_t) min_type, 0 },
+                           (TreeKey) { max_objectid, (uint8_t) max_type, UINT64_MAX }, min_transid, item, userdata);
 }
 
 /* FNV-1a over the keys and contents of the items it sees. */
@@ -348,6 +387,204 @@ int btrfs_scan_subvolume(int fd, TreeSearchBuffer *buf, uint64_t id, const ScanC
         *ret_extents = scan.extents;
         *ret_n_extents = scan.n_extents;
         return 0;
+}
+
+/* ---- inodes and directories of any subvolume ---- */
+
+static uint64_t timespec_usec(const struct btrfs_timespec *ts);
+
+static int inode_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        BtrfsInode *ret = userdata;
+        struct btrfs_inode_item it;
+
+        if (h->type != BTRFS_INODE_ITEM_KEY || h->len < sizeof it)
+                return 0;
+        memcpy(&it, data, sizeof it);
+        *ret = (BtrfsInode) {
+                .ino = h->objectid,
+                .generation = le64toh(it.generation),
+                .size = le64toh(it.size),
+                .mode = le32toh(it.mode),
+                .nlink = le32toh(it.nlink),
+                .mtime_usec = timespec_usec(&it.mtime),
+                .ctime_usec = timespec_usec(&it.ctime),
+        };
+        return 1;
+}
+
+int btrfs_read_inode(int fd, uint64_t tree, uint64_t ino, BtrfsInode *ret) {
+        BtrfsInode inode = {};
+        TreeKey key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+        int r = tree_search(fd, NULL, tree, key, key, 0, inode_item, &inode);
+
+        if (r < 0)
+                return r;
+        if (inode.ino != ino)
+                return -ENOENT;
+        *ret = inode;
+        return 0;
+}
+
+typedef struct InodeRef {
+        uint64_t parent;
+        char name[NAME_MAX + 1];
+} InodeRef;
+
+/* The first link of an inode: an INODE_REF (parent in the key) or, for
+ * inodes with many links in one directory, an INODE_EXTREF. */
+static int inode_ref_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        InodeRef *ref = userdata;
+        size_t head, len;
+        uint64_t parent;
+
+        if (h->type == BTRFS_INODE_REF_KEY && h->len >= sizeof(struct btrfs_inode_ref)) {
+                struct btrfs_inode_ref r;
+
+                memcpy(&r, data, sizeof r);
+                head = sizeof r, len = le16toh(r.name_len), parent = h->offset;
+        } else if (h->type == BTRFS_INODE_EXTREF_KEY && h->len >= sizeof(struct btrfs_inode_extref)) {
+                struct btrfs_inode_extref r;
+
+                memcpy(&r, data, sizeof r);
+                head = sizeof r, len = le16toh(r.name_len), parent = le64toh(r.parent_objectid);
+        } else
+                return 0;
+        if (len == 0 || len > NAME_MAX || len > h->len - head)
+                return 0;
+        memcpy(ref->name, (const char *) data + head, len);
+        ref->name[len] = 0;
+        ref->parent = parent;
+        return 1;  /* the first is enough */
+}
+
+int btrfs_inode_path(int fd, uint64_t tree, uint64_t ino, size_t max, char **ret) {
+        _cleanup_free_ char *path = strdup("");
+        size_t len = 0;
+
+        if (!path)
+                return -ENOMEM;
+        /* Up the links to the subvolume's root directory. */
+        while (ino != BTRFS_FIRST_FREE_OBJECTID) {
+                InodeRef ref = {};
+                char *longer;
+                size_t n;
+                int r = tree_search(fd, NULL, tree, (TreeKey) { ino, BTRFS_INODE_REF_KEY, 0 },
+                                    (TreeKey) { ino, BTRFS_INODE_EXTREF_KEY, UINT64_MAX }, 0, inode_ref_item, &ref);
+
+                if (r < 0)
+                        return r;
+                if (!ref.parent || ref.parent == ino)
+                        return -ENOENT;  /* no link: deleted, or a damaged tree */
+                n = strlen(ref.name);
+                if (len + n + 1 > max)
+                        return -ENAMETOOLONG;  /* also what ends a loop */
+                longer = malloc(len + n + 2);
+                if (!longer)
+                        return -ENOMEM;
+                memcpy(longer, ref.name, n);
+                if (len > 0) {
+                        longer[n] = '/';
+                        memcpy(longer + n + 1, path, len + 1);
+                        len += n + 1;
+                } else {
+                        longer[n] = 0;
+                        len = n;
+                }
+                free(path);
+                path = longer;
+                ino = ref.parent;
+        }
+        *ret = TAKE_PTR(path);
+        return 0;
+}
+
+/* btrfs names directory items by crc32c (Castagnoli, reflected, seed ~1,
+ * no final inversion) of the name. */
+static uint32_t btrfs_name_hash(const char *name, size_t len) {
+        uint32_t crc = ~1u;
+
+        for (size_t i = 0; i < len; i++) {
+                crc ^= (uint8_t) name[i];
+                for (int k = 0; k < 8; k++)
+                        crc = crc & 1 ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
+        }
+        return crc;
+}
+
+typedef struct DirLookup {
+        const char *name;
+        size_t len;
+        BtrfsDirEntry *ret;
+        bool found;
+} DirLookup;
+
+/* Walks the btrfs_dir_items packed in one item. */
+static int dir_items(const struct btrfs_ioctl_search_header *h, const uint8_t *data,
+                     int (*each)(const char *name, size_t len, const BtrfsDirEntry *e, void *userdata),
+                     void *userdata) {
+        for (size_t off = 0; off + sizeof(struct btrfs_dir_item) <= h->len;) {
+                struct btrfs_dir_item di;
+                BtrfsDirEntry e;
+                size_t name_len, data_len;
+                int r;
+
+                memcpy(&di, data + off, sizeof di);
+                name_len = le16toh(di.name_len), data_len = le16toh(di.data_len);
+                if (name_len == 0 || name_len > NAME_MAX || sizeof di + name_len + data_len > h->len - off)
+                        return 0;  /* malformed: the rest is not trusted */
+                e = (BtrfsDirEntry) { .ino = le64toh(di.location.objectid), .type = di.type,
+                                      .subvolume = di.location.type == BTRFS_ROOT_ITEM_KEY };
+                r = each((const char *) data + off + sizeof di, name_len, &e, userdata);
+                if (r != 0)
+                        return r;
+                off += sizeof di + name_len + data_len;
+        }
+        return 0;
+}
+
+static int dir_lookup_entry(const char *name, size_t len, const BtrfsDirEntry *e, void *userdata) {
+        DirLookup *l = userdata;
+
+        if (len != l->len || memcmp(name, l->name, len) != 0)
+                return 0;
+        *l->ret = *e;
+        l->found = true;
+        return 1;
+}
+
+static int dir_lookup_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        return h->type == BTRFS_DIR_ITEM_KEY ? dir_items(h, data, dir_lookup_entry, userdata) : 0;
+}
+
+int btrfs_dir_lookup(int fd, uint64_t tree, uint64_t dir, const char *name, size_t len, BtrfsDirEntry *ret) {
+        TreeKey key = { dir, BTRFS_DIR_ITEM_KEY, btrfs_name_hash(name, len) };
+        DirLookup l = { .name = name, .len = len, .ret = ret };
+        int r = tree_search(fd, NULL, tree, key, key, 0, dir_lookup_item, &l);
+
+        if (r < 0)
+                return r;
+        return l.found ? 0 : -ENOENT;
+}
+
+typedef struct DirList {
+        int (*entry)(const char *name, size_t len, const BtrfsDirEntry *e, void *userdata);
+        void *userdata;
+} DirList;
+
+static int dir_list_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        DirList *l = userdata;
+
+        return h->type == BTRFS_DIR_INDEX_KEY ? dir_items(h, data, l->entry, l->userdata) : 0;
+}
+
+int btrfs_dir_list(int fd, uint64_t tree, uint64_t dir,
+                   int (*entry)(const char *name, size_t len, const BtrfsDirEntry *e, void *userdata),
+                   void *userdata) {
+        DirList l = { entry, userdata };
+        int r = tree_search(fd, NULL, tree, (TreeKey) { dir, BTRFS_DIR_INDEX_KEY, 0 },
+                            (TreeKey) { dir, BTRFS_DIR_INDEX_KEY, UINT64_MAX }, 0, dir_list_item, &l);
+
+        return r < 0 ? r : 0;
 }
 
 /* ---- subvolumes, from the root tree ---- */
@@ -711,6 +948,8 @@ int btrfs_identify_fd(int fd, bool unique_mount_id, FdIdentity *ret) {
         if ((uint32_t) sfs.f_type != BTRFS_SUPER_MAGIC)
                 return -EMEDIUMTYPE;
         id.subvolume_id = stx.stx_subvol;
+        id.ino = stx.stx_ino;
+        id.mode = stx.stx_mode;
         id.mount_id = stx.stx_mask & mnt_mask ? stx.stx_mnt_id : 0;
         r = fd_read_fsid(fd, stx.stx_mode, id.fsid);
         if (r < 0 && r != -ENOTTY)

@@ -22,6 +22,12 @@
  * same. */
 int btrfs_open_mount(const Mount *m, MountSource source, int *ret_fd);
 
+/* An fd on mount @m itself (not a clone), checked to be that mount and
+ * filesystem @fsid: to make a clone of a directory inside it, which
+ * open_tree() refuses from a clone.  Close it at once: while it is open a
+ * umount fails with EBUSY. */
+int btrfs_pin_mount(const Mount *m, MountSource source, const uint8_t fsid[16], int *ret_fd);
+
 /* The filesystem UUID (fsid) of the btrfs that @fd is on. */
 int btrfs_read_fsid(int fd, uint8_t ret[16]);
 
@@ -85,9 +91,45 @@ int btrfs_read_filesystem(int fd, Filesystem *fs);
  * never enables quotas or starts a rescan. */
 int btrfs_read_quotas(int fd, Filesystem *fs, uint64_t now_usec);
 
+/* An inode as its item in a subvolume's tree records it. */
+typedef struct BtrfsInode {
+        uint64_t ino;
+        uint64_t generation;     /* the transaction that created it */
+        uint64_t size;
+        uint32_t mode, nlink;
+        uint64_t mtime_usec, ctime_usec;
+} BtrfsInode;
+
+/* Reads inode @ino of subvolume @tree (CAP_SYS_ADMIN; the subvolume need
+ * not be mounted): -ENOENT when there is none. */
+int btrfs_read_inode(int fd, uint64_t tree, uint64_t ino, BtrfsInode *ret);
+
+/* The path of inode @ino from the root of subvolume @tree ("a/b", "" for
+ * the root), through its first link, at most @max bytes: -ENOENT when it
+ * has no link (deleted), -ENAMETOOLONG. */
+int btrfs_inode_path(int fd, uint64_t tree, uint64_t ino, size_t max, char **ret);
+
+/* An entry of a directory. */
+typedef struct BtrfsDirEntry {
+        uint64_t ino;
+        uint8_t type;            /* BTRFS_FT_* */
+        bool subvolume;          /* it leads into another subvolume (ino is its id) */
+} BtrfsDirEntry;
+
+/* The entry @name (@len bytes) of directory @dir of subvolume @tree:
+ * -ENOENT when there is none. */
+int btrfs_dir_lookup(int fd, uint64_t tree, uint64_t dir, const char *name, size_t len, BtrfsDirEntry *ret);
+
+/* Calls @entry for every entry of directory @dir of subvolume @tree. */
+int btrfs_dir_list(int fd, uint64_t tree, uint64_t dir,
+                   int (*entry)(const char *name, size_t len, const BtrfsDirEntry *e, void *userdata),
+                   void *userdata);
+
 /* What a client's fd says about the file behind it. */
 typedef struct FdIdentity {
         uint64_t subvolume_id;
+        uint64_t ino;
+        mode_t mode;
         uint8_t fsid[16];
         bool have_fsid;          /* false: the fd cannot answer (see below) */
         uint64_t mount_id;       /* of the mount the fd is on */

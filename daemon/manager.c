@@ -45,6 +45,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->idle_timer);
         watch_free(m->watch);
         scanner_free(m->scanner);
+        bus_files_free(m->bus_files);
         bus_fds_free(m->bus_fds);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
@@ -269,6 +270,9 @@ int manager_start(Manager *m) {
         r = bus_fds_new(m->bus, m->event, &m->bus_fds);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the release of passed fds: %m");
+        r = bus_files_new(m->bus, m->event, &m->model, &m->bus_files);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the Files interface: %m");
         /* Leave the loop (and exit cleanly) when the bus goes away. */
         r = sd_bus_set_exit_on_disconnect(m->bus, true);
         if (r < 0)

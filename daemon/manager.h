@@ -8,6 +8,7 @@
 #include <systemd/sd-event.h>
 
 #include "bus-fds.h"
+#include "bus-files.h"
 #include "model.h"
 #include "mounts.h"
 #include "scanner.h"
@@ -21,6 +22,7 @@ typedef struct Manager {
         sd_event *event;
         sd_bus *bus;
         BusFds *bus_fds;       /* lets go of the fds clients pass */
+        BusFiles *bus_files;   /* versions and identity of files */
         Model *model;          /* what the bus publishes; replaced whole by a refresh */
         MountSource mount_source;
         char *cache_dir;       /* where the usage cache lives; NULL: not persisted */

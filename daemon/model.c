@@ -243,6 +243,26 @@ static int cmp_subvolume_uuid(const void *a, const void *b) {
         return memcmp((*(Subvolume * const *) a)->uuid, (*(Subvolume * const *) b)->uuid, 16);
 }
 
+/* Sets each subvolume's family root, in time linear in the number of
+ * subvolumes however long the chains: each chain is walked up to the first
+ * subvolume whose root is known, then down again setting it.  A loop (only
+ * a damaged filesystem has one) counts as its own root. */
+static void filesystem_link_families(Filesystem *fs) {
+        for (size_t i = 0; i < fs->n_subvolumes; i++)
+                fs->subvolumes[i].family_root = NULL;
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                Subvolume *sv = &fs->subvolumes[i];
+                const Subvolume *top = sv, *root;
+                size_t steps = 0;
+
+                while (!top->family_root && top->snapshot_source && steps++ < fs->n_subvolumes)
+                        top = top->snapshot_source;
+                root = top->family_root ?: top;
+                for (Subvolume *s = sv; s && !s->family_root; s = (Subvolume *) s->snapshot_source)
+                        s->family_root = root;
+        }
+}
+
 /* Links each snapshot to its source, when that still exists. */
 static int filesystem_link_snapshots(Filesystem *fs) {
         _cleanup_free_ Subvolume **by_uuid = calloc(fs->n_subvolumes ?: 1, sizeof(Subvolume *));
@@ -261,6 +281,7 @@ static int filesystem_link_snapshots(Filesystem *fs) {
                 found = bsearch(&k, by_uuid, fs->n_subvolumes, sizeof(Subvolume *), cmp_subvolume_uuid);
                 sv->snapshot_source = found && *found != sv ? *found : NULL;
         }
+        filesystem_link_families(fs);
         return 0;
 }
 

@@ -75,6 +75,10 @@ typedef struct Subvolume {
         uint64_t creation_usec;        /* otime */
         bool read_only;
         const struct Subvolume *snapshot_source;  /* same filesystem, or NULL */
+        /* The top of the snapshot chain this one is in (following
+         * snapshot_source up): the same for every member of a family of
+         * subvolumes linked by ParentUuid, in either direction. */
+        const struct Subvolume *family_root;
         char **access_paths;           /* sorted, NULL-terminated, may be empty */
         Usage usage;
         uint64_t path_hash;            /* see filesystem_find_subvolume_by_path() */

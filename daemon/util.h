@@ -94,6 +94,12 @@ int parse_u64(const char *s, uint64_t *ret);
 /* A byte count: decimal digits and an optional K, M or G (powers of 1024). */
 int parse_size(const char *s, uint64_t *ret);
 
+/* A copy of @n bytes at @p (NULL when out of memory). */
+static inline void *memdup(const void *p, size_t n) {
+        void *q = malloc(n ?: 1);
+        return q ? memcpy(q, p, n) : NULL;
+}
+
 /* Joins a directory and a relative part with exactly one '/' between them. */
 char *path_join(const char *a, const char *b);
 

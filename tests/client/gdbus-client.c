@@ -10,6 +10,15 @@
  *                                  "error NAME"; KIND: file, opath, pipe, socket,
  *                                  or no-fd (a handle that points to no fd)
  *   gdbus-client statfs-by-fd FILE GetStatfsByFd; prints "ok OBJECT KEY=VALUE..."
+ *   gdbus-client files METHOD ARG...
+ *                                  a method of org.subvold.Subvold1.Files: every
+ *                                  FILE argument is opened (O_RDONLY, or O_PATH
+ *                                  when written opath:FILE) and passed as an fd,
+ *                                  "all" becomes the options {All: true}, OBJECT
+ *                                  paths and NAMEs pass as they are (names as
+ *                                  bytestrings); prints "ok REPLY" (GVariant
+ *                                  text) or "error NAME"; for an fd returned,
+ *                                  "ok" and the file's contents in hex
  *   gdbus-client long-path PREFIX LENGTH
  *                                  GetSubvolumeByPath with PREFIX followed by
  *                                  "/a" up to LENGTH bytes (as long as the bus
@@ -20,6 +29,7 @@
 #include <fcntl.h>
 #include <gio/gio.h>
 #include <gio/gunixfdlist.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -177,6 +187,88 @@ static int long_path(const char *prefix, size_t length) {
         return print_reply(reply, error);
 }
 
+/* Prints the reply of a Files call; an fd in it is read and printed. */
+static int print_files_reply(GVariant *reply, GUnixFDList *fds, GError *error) {
+        g_autofree char *text = NULL;
+
+        if (!reply) {
+                g_autofree char *name = g_dbus_error_get_remote_error(error);
+                printf("error %s\n", name ? name : "(local)");
+                fprintf(stderr, "%s\n", error->message);
+                return 0;
+        }
+        if (g_variant_is_of_type(reply, G_VARIANT_TYPE("(h)"))) {
+                int fd = g_unix_fd_list_get(fds, 0, NULL);
+                unsigned char buf[4096];
+                ssize_t n;
+
+                printf("ok ");
+                while (fd >= 0 && (n = read(fd, buf, sizeof buf)) > 0)
+                        for (ssize_t i = 0; i < n; i++)
+                                printf("%02x", buf[i]);
+                putchar('\n');
+                if (fd >= 0)
+                        close(fd);
+                return 0;
+        }
+        text = g_variant_print(reply, TRUE);
+        printf("ok %s\n", text);
+        return 0;
+}
+
+static int files_call(const char *method, int argc, char **argv) {
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
+        g_autoptr(GUnixFDList) fds = g_unix_fd_list_new(), out_fds = NULL;
+        g_autoptr(GVariant) reply = NULL;
+        GVariantBuilder args;
+        bool name_done = false;
+
+        if (!bus) {
+                fprintf(stderr, "bus: %s\n", error->message);
+                return 1;
+        }
+        g_variant_builder_init(&args, G_VARIANT_TYPE_TUPLE);
+        for (int i = 0; i < argc; i++) {
+                const char *a = argv[i];
+
+                if (g_str_equal(a, "all")) {
+                        GVariantBuilder options;
+                        g_variant_builder_init(&options, G_VARIANT_TYPE("a{sv}"));
+                        g_variant_builder_add(&options, "{sv}", "All", g_variant_new_boolean(TRUE));
+                        g_variant_builder_add_value(&args, g_variant_builder_end(&options));
+                } else if (g_str_has_prefix(a, "/org/")) {
+                        g_variant_builder_add(&args, "o", a);
+                } else if (g_str_equal(method, "OpenDeletedFile") && i == 1 && !name_done) {
+                        g_variant_builder_add_value(&args, g_variant_new_bytestring(a));
+                        name_done = true;
+                } else {
+                        bool opath = g_str_has_prefix(a, "opath:");
+                        int fd = open(opath ? a + 6 : a, (opath ? O_PATH : O_RDONLY | O_NONBLOCK) | O_CLOEXEC | O_NOCTTY);
+                        int index;
+
+                        if (fd < 0) {
+                                fprintf(stderr, "open %s: %s\n", a, strerror(errno));
+                                return 1;
+                        }
+                        index = g_unix_fd_list_append(fds, fd, &error);
+                        close(fd);
+                        if (index < 0)
+                                return 1;
+                        g_variant_builder_add(&args, "h", index);
+                }
+        }
+        if (g_str_equal(method, "ListFileVersions") && argc == 1) {
+                GVariantBuilder options;
+                g_variant_builder_init(&options, G_VARIANT_TYPE("a{sv}"));
+                g_variant_builder_add_value(&args, g_variant_builder_end(&options));
+        }
+        reply = g_dbus_connection_call_with_unix_fd_list_sync(
+                bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Files", method, g_variant_builder_end(&args),
+                NULL, G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds, &out_fds, NULL, &error);
+        return print_files_reply(reply, out_fds, error);
+}
+
 int main(int argc, char *argv[]) {
         if (argc >= 2 && g_str_equal(argv[1], "objects"))
                 return list_objects();
@@ -186,6 +278,8 @@ int main(int argc, char *argv[]) {
                 return by_fd("GetStatfsByFd", "file", argv[2]);
         if (argc >= 4 && g_str_equal(argv[1], "long-path"))
                 return long_path(argv[2], strtoul(argv[3], NULL, 10));
-        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE | long-path PREFIX LENGTH\n", argv[0]);
+        if (argc >= 4 && g_str_equal(argv[1], "files"))
+                return files_call(argv[2], argc - 3, argv + 3);
+        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE | files METHOD ARG... | long-path PREFIX LENGTH\n", argv[0]);
         return 2;
 }

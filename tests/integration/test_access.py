@@ -16,6 +16,7 @@ from harness import (BUS_NAME, FS_IFACE, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PA
 
 CALLABLE_BY = "org.subvold.Subvold1.CallableBy"
 SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
+FILES_IFACE = "org.subvold.Subvold1.Files"
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 
 
@@ -48,8 +49,12 @@ class AccessTest(TestCase):
         subvolume_create(f"{self.mnt}/vol")
         with open(f"{self.mnt}/vol/file", "w") as f:
             f.write("data")
+        with open(f"{self.mnt}/vol/gone", "w") as f:
+            f.write("gone")
         snapshot(f"{self.mnt}/vol", f"{self.mnt}/snap", readonly=True)
+        os.unlink(f"{self.mnt}/vol/gone")
         self.vol = f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/vol')}"
+        self.snap = f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/snap')}"
 
     def start(self, **bus_args):
         self.bus = Bus(self, **bus_args)
@@ -61,16 +66,21 @@ class AccessTest(TestCase):
         super().tearDown()
 
     def objects(self):
-        return {MANAGER_IFACE: MANAGER_PATH, FS_IFACE: self.fs.object_path, SUBVOLUME_IFACE: self.vol}
+        return {MANAGER_IFACE: MANAGER_PATH, FILES_IFACE: MANAGER_PATH, FS_IFACE: self.fs.object_path,
+                SUBVOLUME_IFACE: self.vol}
 
     def call(self, iface, method, user):
         """Calls @method with good arguments as @user: returns None on
         success, else the D-Bus error name."""
-        file = f"{self.mnt}/vol/file"
-        by_fd = {"GetSubvolumeByFd": ("by-fd", "file", file), "GetStatfsByFd": ("statfs-by-fd", file)}
+        file, vol = f"{self.mnt}/vol/file", f"{self.mnt}/vol"
+        by_fd = {"GetSubvolumeByFd": ("by-fd", "file", file), "GetStatfsByFd": ("statfs-by-fd", file),
+                 "GetFileIdentity": ("files", method, file), "CompareFiles": ("files", method, file, file),
+                 "ListFileVersions": ("files", method, file), "OpenFileVersion": ("files", method, file, self.snap),
+                 "ListDeletedFiles": ("files", method, vol),
+                 "OpenDeletedFile": ("files", method, vol, "gone", self.snap)}
         if method in by_fd:
             out = self.bus.run(GDBUS_CLIENT, *by_fd[method], user=user, check=True).stdout.decode()
-            return None if out.startswith("ok ") else out.split()[1]
+            return None if out.startswith("ok") else out.split()[1]
         args = {
             (MANAGER_IFACE, "GetSubvolumeByPath"): [f"{self.mnt}/vol/file"],
             (MANAGER_IFACE, "Refresh"): [],
@@ -101,7 +111,7 @@ class AccessTest(TestCase):
             self.bus.busctl("introspect", BUS_NAME, path, user=user)
             _, out, _ = self.bus.busctl("--json=short", "call", BUS_NAME, path, "org.freedesktop.DBus.Properties",
                                         "GetAll", "s", iface, user=user)
-            self.assertIn(props[0], out.decode())
+            self.assertTrue(all(p in out.decode() for p in props))
         self.bus.managed_objects(user=user)
 
     def test_readme_drop_in_keeps_objects_from_users(self):
