@@ -151,8 +151,20 @@ class LiveTest(TestCase):
         daemon = self.start("-v")
         mon = Monitor(self, self.bus)
         vol = self.object(f"{self.mnt}/vol")
-        self.wait_quiet(daemon)  # no refresh of before the mark signals after it
-        m, first = mon.mark(), len(daemon.refreshes())
+
+        def barrier(name):
+            """A new subvolume.  subvold's signals arrive in order: once its
+            InterfacesAdded is here, so is every signal of a refresh before
+            it.  Returns the monitor's mark after it."""
+            since = mon.mark()
+            subvolume_create(f"{self.mnt}/{name}")
+            line = mon.wait("InterfacesAdded", f"'{self.object(f'{self.mnt}/{name}')}'", since=since)
+            return mon.lines.index(line, since) + 1
+
+        # A refresh logged before the first barrier exists has all its
+        # signals before that barrier's.
+        first = len(daemon.refreshes())
+        start = barrier("start")
         files = iter(range(1 << 20))
 
         def write_and_count():
@@ -160,14 +172,10 @@ class LiveTest(TestCase):
             with open(f"{self.mnt}/vol/f{next(files)}", "wb") as f:
                 f.write(os.urandom(64 << 10))
             os.sync()
-            return len(daemon.refreshes()) >= first + 5
+            return len(daemon.refreshes()) >= first + 6
 
-        wait_for(write_and_count, "five refreshes while the subvolume changes", timeout=120)
-        # A barrier: subvold's signals arrive in order, so once this one is
-        # here, every signal of the refreshes before it is here too.
-        subvolume_create(f"{self.mnt}/barrier")
-        mon.wait("InterfacesAdded", f"'{self.object(f'{self.mnt}/barrier')}'", since=m)
-        signals = mon.matching(f"{vol}:", "PropertiesChanged", since=m, until=mon.mark())
+        wait_for(write_and_count, "refreshes while the subvolume changes", timeout=120)
+        signals = mon.matching(f"{vol}:", "PropertiesChanged", since=start, until=barrier("end"))
         refreshes = daemon.refreshes()  # each logged before its signals go out
         self.assertGreaterEqual(len(signals), 2, "the control: usage signals")
         self.assertLessEqual(len(signals), len(refreshes) - first, signals)
@@ -278,14 +286,15 @@ class LiveTest(TestCase):
     def test_no_timer_without_btrfs(self):
         """With no btrfs published, subvold sleeps: no timer armed, and not
         one wake-up of any thread while a second subvold that has one (the
-        control) wakes again and again.  A btrfs that comes arms the timer;
-        when it goes, subvold sleeps again."""
+        control) wakes again and again.  A btrfs that comes is watched (the
+        timer notices a new subvolume on it); when it goes, subvold sleeps
+        again."""
         hide_btrfs = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                       "findmnt -rn -t btrfs -o TARGET | sort -r | while read -r m; do "
                       "umount -l \"$(printf %b \"$m\")\"; done; exec \"$@\"", "sh"]
         control = Daemon(self, self.bus_of_its_own())
         wait_for(control.armed_timers, "the control's generation timer")  # it shows in fdinfo
-        daemon = self.start(wrapper=hide_btrfs)
+        daemon = self.start("-v", wrapper=hide_btrfs)
         published = lambda: self.bus.get(MANAGER_PATH, MANAGER_IFACE, "Filesystems")
         self.assertEqual(published(), [])
         self.assert_asleep(daemon, control)
@@ -295,7 +304,12 @@ class LiveTest(TestCase):
         os.mkdir(where)
         in_its_namespace = ["nsenter", f"--mount=/proc/{daemon.proc.pid}/ns/mnt"]
         run(*in_its_namespace, "mount", self.fs.device, where)
-        wait_for(lambda: published() == [self.fs.object_path] and daemon.armed_timers(), "the generation timer")
+        wait_for(lambda: published() == [self.fs.object_path], "the filesystem")
+        # Once nothing else is left to do, only the generation timer can
+        # notice a new subvolume.
+        self.wait_quiet(daemon)
+        subvolume_create(f"{self.mnt}/later")
+        wait_for(lambda: btrfs_rootid(f"{self.mnt}/later") in self.published_ids(self.fs), "the new subvolume")
         run(*in_its_namespace, "umount", where)
         wait_for(lambda: published() == [], "the filesystem to go")
         self.assert_asleep(daemon, control)
