@@ -124,6 +124,12 @@ fail:
         log_warning_errno(r, "Failed to schedule a refresh: %m");
 }
 
+static bool refresh_due(Manager *m) {
+        int enabled;
+
+        return m->refresh_timer && sd_event_source_get_enabled(m->refresh_timer, &enabled) > 0;
+}
+
 int manager_refresh(Manager *m) {
         _cleanup_(model_freep) Model *old = NULL;
         Model *new = NULL;
@@ -137,6 +143,10 @@ int manager_refresh(Manager *m) {
         scanned = m->scanner && scanner_update(m->scanner, new);
         old = m->model;
         m->model = new;
+        /* For the tests (-v): each refresh on subvold's own clock, logged
+         * before its signals go out, and whether another one is due. */
+        log_debug("Refresh at %" PRIu64 " us; %s.", m->last_refresh,
+                  pending || refresh_due(m) ? "another is due" : "none due");
         if (m->bus)
                 bus_objects_emit_changes(m->bus, old, new);
         if (scanned || usage_was_read(old, new))

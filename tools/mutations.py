@@ -101,6 +101,71 @@ MUTATIONS = {
         "if (fchmod(fd, 0600) < 0",
         "if (fchmod(fd, 0644) < 0",
         ["test_usage"]),
+    "refresh-spacing-zero": (
+        "daemon/manager.h",
+        "#define REFRESH_INTERVAL_USEC (1000 * 1000ULL)",
+        "#define REFRESH_INTERVAL_USEC (0ULL)",
+        ["test_live"]),
+    "properties-changed-twice": (
+        "daemon/bus-objects.c",
+        "        int r = sd_bus_emit_properties_changed_strv(bus, path, interface, NULL);\n",
+        "        int r = sd_bus_emit_properties_changed_strv(bus, path, interface, NULL);\n        r = sd_bus_emit_properties_changed_strv(bus, path, interface, NULL);\n",
+        ["test_live"]),
+    "generation-timer-without-btrfs": (
+        "daemon/watch.c",
+        "bool want = *w->model && (*w->model)->n_filesystems > 0;",
+        "bool want = true;",
+        ["test_live"]),
+    "scanner-thread-wakes-every-second": (
+        "daemon/scanner.c",
+        "                        pthread_cond_wait(&s->more, &s->lock);\n",
+        "                        { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); t.tv_sec++; pthread_cond_timedwait(&s->more, &s->lock, &t); }\n",
+        ["test_live"]),
+    "timer-not-armed-for-a-new-btrfs": (
+        "daemon/manager.c",
+        "        if (m->watch)\n                watch_update(m->watch);",
+        "        if (false)\n                watch_update(m->watch);",
+        ["test_live"]),
+    "fd-leaked-per-refresh": (
+        "daemon/manager.c",
+        "        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);\n",
+        "        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);\n        (void) dup(STDERR_FILENO);\n",
+        ["test_live"]),
+    "signals-carry-stale-values": (
+        "daemon/manager.c",
+        "                bus_objects_emit_changes(m->bus, old, new);",
+        "                { m->model = old; bus_objects_emit_changes(m->bus, old, new); m->model = new; }",
+        ["test_clients", "test_live"]),
+    "usage-cache-swaps-figures": (
+        "daemon/usage-cache.c",
+        "u->referenced = cache_get_u64(b);\n                        u->exclusive = cache_get_u64(b);",
+        "u->exclusive = cache_get_u64(b);\n                        u->referenced = cache_get_u64(b);",
+        ["test_live"]),
+    "referenced-limit-is-exclusive": (
+        "daemon/bus-objects.c",
+        '''SD_BUS_PROPERTY("ReferencedLimitBytes", "t", NULL, offsetof(Subvolume, usage.referenced_limit)''',
+        '''SD_BUS_PROPERTY("ReferencedLimitBytes", "t", NULL, offsetof(Subvolume, usage.exclusive_limit)''',
+        ["test_clients"]),
+    "sizes-rounded-down": (
+        "daemon/subvolctl.c",
+        "ceil(d * 10) / 10 : ceil(d)",
+        "floor(d * 10) / 10 : floor(d)",
+        ["test_clients"]),
+    "df-rows-twice": (
+        "daemon/subvolctl.c",
+        "                        print_df_row(&o.svs[i], &d, o.svs[i].access_path, &first);\n",
+        "                        print_df_row(&o.svs[i], &d, o.svs[i].access_path, &first);\n                        print_df_row(&o.svs[i], &d, o.svs[i].access_path, &first);\n",
+        ["test_clients"]),
+    "last-subvolume-unpublished": (
+        "daemon/fs-btrfs.c",
+        "        for (size_t i = 0; i < t.n; i++) {\n                RootEntry *e = &t.entries[i];",
+        "        for (size_t i = 0; i + 1 < t.n; i++) {\n                RootEntry *e = &t.entries[i];",
+        ["test_daemon"]),
+    "generation-check-keeps-its-fd": (
+        "daemon/watch.c",
+        "                _cleanup_close_ int fd = -1;\n",
+        "                int fd = -1;\n",
+        ["test_daemon"]),
 }
 
 

@@ -8,6 +8,7 @@ Everything a test starts is registered on an ExitStack and torn down in
 reverse order, also when the test fails."""
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import grp
@@ -442,11 +443,77 @@ class Daemon:
             self.stderr.close()
             self.notify.close()
 
+    BTRFS_SUPER_MAGIC = 0x9123683E
+
+    def fds(self):
+        """Its open fds: fd number -> (what the fd refers to, whether that
+        is on a btrfs).  An fd closed while they are read is left out."""
+        fds = {}
+        statfs = ctypes.create_string_buffer(256)  # struct statfs; f_type comes first
+        for fd in os.listdir(f"/proc/{self.proc.pid}/fd"):
+            link = f"/proc/{self.proc.pid}/fd/{fd}"
+            try:
+                target = os.readlink(link)
+                _libc_call("statfs", link.encode(), statfs)
+            except FileNotFoundError:
+                continue
+            fds[int(fd)] = (target, ctypes.c_long.from_buffer(statfs).value == self.BTRFS_SUPER_MAGIC)
+        return fds
+
     def open_fds(self):
-        return {os.readlink(f"/proc/{self.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{self.proc.pid}/fd")}
+        """What its fds refer to, counted: a set would hide a second fd on
+        the same thing (a leaked timerfd, /proc/self/mountinfo again)."""
+        return collections.Counter(target for target, _ in self.fds().values())
+
+    def fds_between_operations(self):
+        """open_fds() at a moment when none of them is on a btrfs: subvold
+        keeps none (a generation check or a scan has one for some µs), so
+        such a sample holds no passing fd."""
+        sample = []
+        wait_for(lambda: sample.append(self.fds()) or not any(on for _, on in sample[-1].values()),
+                 "a moment with no fd of subvold on a btrfs")
+        return collections.Counter(target for target, _ in sample[-1].values())
+
+    def armed_timers(self):
+        """Its timerfds that are armed (fdinfo it_value not (0, 0)): sd-event
+        has one per clock and disarms it while no timer on that clock is on."""
+        armed = []
+        for fd, (target, _) in self.fds().items():
+            if target != "anon_inode:[timerfd]":
+                continue
+            try:
+                with open(f"/proc/{self.proc.pid}/fdinfo/{fd}") as f:
+                    value = re.search(r"^it_value: \((\d+), (\d+)\)$", f.read(), re.M)
+            except FileNotFoundError:
+                continue
+            if value.groups() != ("0", "0"):
+                armed.append(fd)
+        return armed
+
+    def wakeups(self):
+        """Context switches of all its threads (the scanner and the helpers
+        too, not just the main thread): a thread that sleeps has none."""
+        total = 0
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/status") as f:
+                    for line in f:
+                        key, _, value = line.partition(":")
+                        if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                            total += int(value)
+            except FileNotFoundError:
+                pass  # a thread that just ended
+        return total
+
+    def refreshes(self):
+        """The refreshes it logged (run it with -v), in order: for each, when
+        it ran (CLOCK_MONOTONIC µs, subvold's own clock) and whether another
+        one was due already."""
+        return [(int(m[1]), m[2] == "another is due")
+                for m in re.finditer(r"^<7>Refresh at (\d+) us; (another is due|none due)\.$", self.log(), re.M)]
 
     def status(self, field):
-        """A number from /proc/PID/status (VmRSS in kB, voluntary_ctxt_switches, ...)."""
+        """A number from /proc/PID/status (VmRSS in kB, ...)."""
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
                 if line.startswith(field + ":"):
@@ -499,14 +566,16 @@ class Activation:
 class Churn:
     """Runs @step(i) for i = 0, 1, ... in a thread until stop().  stop()
     returns what went wrong in it: a failing command there (a umount refused
-    with EBUSY because subvold held the mount, say) must fail the test."""
+    with EBUSY because subvold held the mount, say) must fail the test.  A
+    failure that no stop() handed over fails the test at its cleanup."""
 
     def __init__(self, test, step):
         self.stopping = threading.Event()
         self.failures = []
+        self.reported = False
         self.thread = threading.Thread(target=self._run, args=(step,))
         self.thread.start()
-        test.stack.callback(self.stop)
+        test.stack.callback(self._cleanup)
 
     def _run(self, step):
         i = 0
@@ -520,39 +589,65 @@ class Churn:
     def stop(self):
         self.stopping.set()
         self.thread.join()
+        self.reported = True
         return self.failures
+
+    def _cleanup(self):
+        self.stopping.set()
+        self.thread.join()
+        if self.failures and not self.reported:
+            raise AssertionError(f"churn failed: {self.failures}")
 
 
 class Monitor:
-    """Signals from subvold as a client sees them: `gdbus monitor`, one
-    (arrival time, line) per signal."""
+    """Signals from subvold as a client sees them: `gdbus monitor`, one line
+    per signal.  Its reader thread dying (or gdbus monitor ending) fails
+    the test: at the next wait() or at the cleanup."""
 
     def __init__(self, test, bus):
         self.lines = []
+        self.failures = []
         self.proc = subprocess.Popen(["gdbus", "monitor", "--system", "--dest", BUS_NAME], env=bus.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        test.stack.callback(self.proc.stdout.close)
-        test.stack.callback(_terminate, self.proc)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
-        wait_for(lambda: any("is owned by" in l for _, l in self.lines), "gdbus monitor to start")
+        test.stack.callback(self._stop)
+        self.wait("is owned by")
 
     def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
+        try:
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip("\n"))
+        except Exception as e:  # noqa: BLE001 -- raised in the test by _check()
+            self.failures.append(repr(e))
+
+    def _check(self):
+        if self.failures:
+            raise AssertionError(f"reading gdbus monitor failed: {self.failures}")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"gdbus monitor exited with {self.proc.returncode}")
+
+    def _stop(self):
+        running = self.proc.poll() is None
+        _terminate(self.proc)
+        self.thread.join()  # at the end of its output
+        self.proc.stdout.close()
+        if self.failures or not running:
+            self._check()
 
     def mark(self):
         return len(self.lines)
 
+    def matching(self, *needles, since=0, until=None):
+        """The lines in [since, until) containing every needle."""
+        return [l for l in self.lines[since:until] if all(n in l for n in needles)]
+
     def wait(self, *needles, since=0, timeout=30):
         """Waits for a line after @since containing every needle; returns it."""
         found = []
-        wait_for(lambda: found.extend(l for _, l in self.lines[since:] if all(n in l for n in needles)) or found,
+        wait_for(lambda: self._check() or found.extend(self.matching(*needles, since=since)) or found,
                  f"a signal with {needles}", timeout=timeout)
         return found[0]
-
-    def times(self, *needles, since=0):
-        return [t for t, l in self.lines[since:] if all(n in l for n in needles)]
 
 
 def bytestring(data):

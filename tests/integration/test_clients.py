@@ -12,12 +12,11 @@ import re
 import socket
 import subprocess
 import threading
-import time
 import urllib.request
 import xml.etree.ElementTree as ET
 
-from harness import (SOURCE_DIR, Btrfs, Bus, Daemon, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run,
-                     snapshot, subvolume_create, wait_for)
+from harness import (SOURCE_DIR, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase, btrfs_rootid, btrfs_subvolume_list,
+                     btrfs_subvolume_show, main, root_items, run, snapshot, subvolume_create, wait_for)
 
 SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 FILE_MANAGER = os.environ.get("SUBVOLD_FILE_MANAGER", "")
@@ -78,12 +77,14 @@ class ClientsTest(TestCase):
     def test_list(self):
         truth = btrfs_subvolume_list(self.mnt)
         quota = qgroup_show(self.mnt)
+        items = root_items(self.fs.device)
         rows = [r for r in json.loads(self.ctl("--json", "list", "--fs", self.fs.uuid)[0])]
         self.assertEqual({r["id"] for r in rows}, {5, *truth})
         for r in rows:
             self.assertEqual(r["filesystem"], self.fs.uuid)
             self.assertEqual((r["referenced"], r["exclusive"]), quota[r["id"]][:2])
             self.assertIsNone(r["inodes"])
+            self.assertEqual(r["read_only"], items[r["id"]]["readonly"])
             if r["id"] != 5:
                 self.assertEqual(r["path"], "/" + truth[r["id"]]["path"].decode())
                 self.assertEqual(r["snapshot"], truth[r["id"]]["parent_uuid"] != "")
@@ -101,8 +102,11 @@ class ClientsTest(TestCase):
         self.assertEqual(row[1], "SR")
         self.assertEqual(int(row[2]), quota[int(row[0])][0])
         self.assertEqual(row[5], "/snap-ro")
-        human = self.ctl("list", "--fs", self.fs.uuid)[0]
-        self.assertRegex(human, r"\b3\.\dM\b")
+        human = self.ctl("list", "--fs", self.fs.uuid)[0].splitlines()
+        vol = btrfs_rootid(f"{self.mnt}/vol")
+        row = next(l.split() for l in human[1:] if l.split()[0] == str(vol))
+        # Sizes as `df -h` gives them: rounded up, one decimal below 10.
+        self.assertEqual(row[2], run("numfmt", "--to=iec", "--round=up", str(quota[vol][0])).decode().strip())
 
     def test_df(self):
         st = os.statvfs(self.mnt)
@@ -119,24 +123,37 @@ class ClientsTest(TestCase):
         self.assertEqual((other["size"], other["available"]), (st.f_blocks * st.f_bsize, st.f_bavail * st.f_bsize))
         # Without paths: every subvolume.
         every = json.loads(self.ctl("--json", "df")[0])
-        self.assertTrue({"/vol", "/other", "/snap-ro", "/snap-rw", "/"} <=
-                        {r["path"] for r in every if r["object"].startswith(self.fs.object_path)})
+        self.assertEqual(sorted(r["path"] for r in every if r["object"].startswith(self.fs.object_path + "/")),
+                         sorted(["/"] + ["/" + t["path"].decode() for t in btrfs_subvolume_list(self.mnt).values()]))
         text = self.ctl("df", f"{self.mnt}/vol")[0].splitlines()
         self.assertEqual(text[0].split()[:5], ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%"])
         self.assertEqual(text[1].split()[1], "200M")
 
     def test_show(self):
-        out = self.ctl("show", f"{self.mnt}/snap-ro")[0]
+        snap = f"{self.mnt}/snap-ro"
+        sid = btrfs_rootid(snap)
+        out = self.ctl("show", snap)[0]
         props = dict(line.split("=", 1) for line in out.splitlines())
         with open(os.path.join(SOURCE_DIR, "dbus", "org.subvold.Subvold1.xml")) as f:
             contract = {p.get("name") for i in ET.fromstring(f.read()).iter("interface")
                         if i.get("name") == "org.subvold.Subvold1.Subvolume" for p in i.iter("property")}
         self.assertEqual(set(props) - {"Object"}, contract, "show must print every property")
-        self.assertEqual(props["Id"], str(btrfs_rootid(f"{self.mnt}/snap-ro")))
-        self.assertEqual((props["IsSnapshot"], props["ReadOnly"], props["Path"]), ("yes", "yes", "/snap-ro"))
+        # The figures against btrfs-progs and the root item on disk.
+        truth = btrfs_subvolume_show(self.mnt, sid)
+        item = root_items(self.fs.device)[sid]
+        uuid = lambda b: "" if b == b"-" else b.decode()
+        rfer, excl, max_rfer, max_excl = (UNKNOWN if v is None else v for v in qgroup_show(self.mnt)[sid])
+        expected = {"Id": sid, "ParentId": int(truth["Parent ID"]), "Path": "/snap-ro", "Uuid": uuid(truth["UUID"]),
+                    "ParentUuid": uuid(truth["Parent UUID"]), "ReceivedUuid": uuid(truth["Received UUID"]),
+                    "IsSnapshot": truth["Parent UUID"] != b"-", "ReadOnly": item["readonly"],
+                    "Generation": item["generation"], "ChangeGeneration": item["ctransid"],
+                    "CreationTime": item["otime_usec"], "ReferencedBytes": rfer, "ExclusiveBytes": excl,
+                    "ReferencedLimitBytes": max_rfer, "ExclusiveLimitBytes": max_excl}
+        self.assertEqual({k: props[k] for k in expected},
+                         {k: ("yes" if v else "no") if isinstance(v, bool) else str(v) for k, v in expected.items()})
         shown = json.loads(self.ctl("--json", "show", props["Object"])[0])
-        self.assertEqual(shown["Id"], int(props["Id"]))
-        self.assertEqual(bytes(shown["Path"][:-1]), b"/snap-ro")
+        shown["Path"] = bytes(shown["Path"][:-1]).decode()
+        self.assertEqual({k: shown[k] for k in expected}, expected)
 
     def test_exit_codes_and_messages(self):
         _, err = self.ctl("df", "/proc/self/status", rc=4)
@@ -156,29 +173,48 @@ class ClientsTest(TestCase):
         self.stack.callback(mon.stdout.close)
         self.stack.callback(mon.wait)
         self.stack.callback(mon.terminate)
-        events = []
-        reader = threading.Thread(target=lambda: events.extend(json.loads(l) for l in mon.stdout), daemon=True)
+        events, failures = [], []
+
+        def read():
+            try:
+                events.extend(json.loads(l) for l in mon.stdout)
+            except Exception as e:  # noqa: BLE001 -- fails the test in seen()
+                failures.append(repr(e))
+
+        def seen():
+            # A reader that died fails the test here, not by a timeout.
+            self.assertEqual(failures, [], "reading subvolctl monitor failed")
+            return events
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         # Changes until the monitor has subscribed and reports one: only
-        # then is the one we check certain to be seen.
-        flips = iter(["true", "false"] * 100)
+        # then is the one we check certain to be seen.  Each flip waits
+        # until subvold publishes it, so that the next is a change of its own.
+        flips = iter([True, False] * 100)
         snap_rw = f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/snap-rw')}"
+        changes = lambda: [e["properties"] for e in seen() if e["event"] == "changed" and e["object"] == snap_rw]
 
         def flip_and_look():
-            if any(e["event"] == "changed" and e["object"] == snap_rw for e in events):
+            if changes():
                 return True
-            run("btrfs", "property", "set", "-ts", f"{self.mnt}/snap-rw", "ro", next(flips))
-            time.sleep(0.5)
+            ro = next(flips)
+            run("btrfs", "property", "set", "-ts", f"{self.mnt}/snap-rw", "ro", str(ro).lower())
+            wait_for(lambda: self.bus.get(snap_rw, SUBVOLUME_IFACE, "ReadOnly") == ro, "the flip published")
             return False
 
-        wait_for(flip_and_look, "monitor to report a change", timeout=60)
+        wait_for(flip_and_look, "monitor to report a change", timeout=120)
         subvolume_create(f"{self.mnt}/new")
         added = {"event": "added", "object": f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/new')}"}
-        wait_for(lambda: added in events, "monitor to report the new subvolume")
-        changed = next(e for e in events if e["event"] == "changed" and e["object"] == snap_rw)
-        self.assertIn(changed["properties"]["ReadOnly"], (True, False))
+        wait_for(lambda: added in seen(), "monitor to report the new subvolume")
+        # What the last change reports is the kernel's flag (its last flip).
+        kernel = run("btrfs", "property", "get", "-ts", f"{self.mnt}/snap-rw", "ro").decode().strip()
+        wait_for(lambda: f"ro={str(changes()[-1]['ReadOnly']).lower()}" == kernel,
+                 f"the monitor to report {kernel}")
         mon.terminate()
         self.assertEqual(mon.wait(10), 0)
+        reader.join()
+        seen()
 
     def test_metrics_through_node_exporter(self):
         text = self.ctl("metrics")[0]

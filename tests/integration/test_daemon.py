@@ -11,8 +11,8 @@ import signal
 import subprocess
 import xml.etree.ElementTree as ET
 
-from harness import (BUS_NAME, GDBUS_CLIENT, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Activation, Btrfs, Bus, Daemon,
-                     TestCase, btrfs_rootid, main, run, subvolume_create, wait_for)
+from harness import (BUS_NAME, GDBUS_CLIENT, MANAGER_PATH, SOURCE_DIR, SUBVOLD, SUBVOLUME_IFACE, Activation, Btrfs, Bus,
+                     Daemon, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run, subvolume_create, wait_for)
 
 BUILD_DIR = os.environ.get("SUBVOLD_BUILD_DIR", "")
 EMITS = "org.freedesktop.DBus.Property.EmitsChangedSignal"
@@ -71,25 +71,19 @@ class DaemonTest(TestCase):
         daemon.stop(signal.SIGINT)
 
     def test_holds_no_fd_on_mounts(self):
-        """umount must not fail with EBUSY because of subvold."""
+        """Between operations no fd of subvold is on a btrfs (or a clone of
+        a mount), and umount does not fail with EBUSY because of it."""
         bus = Bus(self)
         daemon = Daemon(self, bus)
-        bus.managed_objects()
-        pid = daemon.proc.pid
-
-        def fds_on_btrfs():
-            # Through the /proc magic links, whatever mount (or clone) they are on.
-            on = []
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                p = subprocess.run(["stat", "-L", "-f", "-c", "%T", f"/proc/{pid}/fd/{fd}"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-                if p.stdout.strip() == b"btrfs":
-                    on.append(fd)
-            return on
-
+        # Some work first: generation checks notice a new subvolume, a
+        # refresh publishes it, the scanner measures it.
+        subvolume_create(f"{self.mnt}/new")
+        new = f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/new')}"
+        wait_for(lambda: bus.managed_objects().get(new, {}).get(SUBVOLUME_IFACE, {}).get("UsageSource") == "scan",
+                 "the new subvolume measured")
         # Twice a second a generation check opens a mount for some µs: look
         # until a sample shows none.
-        wait_for(lambda: not fds_on_btrfs(), "no fd on btrfs between operations")
+        daemon.fds_between_operations()
         self.fs.umount(self.mnt)  # raises if busy
         self.assertTrue(daemon.alive())
         daemon.stop()
@@ -114,7 +108,7 @@ class DaemonTest(TestCase):
         walked = re.findall(r"^\s*node (\S+) \{", out, re.M)
         self.assertEqual(len(walked), len(set(walked)), "objects listed twice")
         self.assertEqual({p for p in walked if p.startswith(MANAGER_PATH + "/fs/")},
-                         set(bus.managed_objects()))
+                         {self.fs.object_path} | {f"{self.fs.object_path}/{i}" for i in {5, *btrfs_subvolume_list(self.mnt)}})
         daemon.stop()
 
     def test_gdbus_client_reads_objects(self):

@@ -11,11 +11,10 @@ import os
 import re
 import struct
 import subprocess
-import threading
-import time
+import types
 
 from harness import (ROOT, BUS_NAME, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, FS_IFACE, Activation,
-                     Btrfs, Bus, BusError, Daemon, Monitor, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run,
+                     Btrfs, Bus, Churn, Daemon, Monitor, TestCase, btrfs_rootid, btrfs_subvolume_list, main, run,
                      snapshot, subvolume_create, wait_for)
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -56,14 +55,11 @@ def process_alive(pid):
         return False
 
 
-def stable_fds(daemon):
-    """The daemon's open fds, sampled until two samples agree (so that the
-    brief fd of a generation check does not count)."""
-    while True:
-        first = daemon.open_fds()
-        time.sleep(0.1)
-        if daemon.open_fds() == first:
-            return first
+def qgroup_usage(path):
+    """(referenced, exclusive) bytes of the subvolume at @path, from its
+    qgroup as btrfs-progs reads it."""
+    out = run("btrfs", "subvolume", "show", "--raw", path).decode()
+    return tuple(int(re.search(rf"^\s*Usage {k}:\s+(\d+)$", out, re.M)[1]) for k in ("referenced", "exclusive"))
 
 
 class LiveTest(TestCase):
@@ -89,6 +85,18 @@ class LiveTest(TestCase):
     def published_ids(self, fs):
         objects = self.bus.managed_objects()
         return {int(p.rsplit("/", 1)[1]) for p in objects if p.startswith(fs.object_path + "/")}
+
+    def wait_quiet(self, daemon):
+        """Waits until @daemon (run with -v) has nothing left to do: its
+        last refresh had no other one due, and what it published then has
+        every scan done.  The log is read before and after the bus, so that
+        what the bus said is that refresh's."""
+        def quiet():
+            before = daemon.refreshes()
+            scanned = all(self.bus.get(fs, FS_IFACE, "ScanProgress") == 1.0
+                          for fs in self.bus.get(MANAGER_PATH, MANAGER_IFACE, "Filesystems"))
+            return before and not before[-1][1] and scanned and daemon.refreshes() == before
+        wait_for(quiet, "subvold to have nothing left to do", timeout=60)
 
     def test_changes_are_signalled(self):
         self.start()
@@ -134,30 +142,58 @@ class LiveTest(TestCase):
         wait_for(lambda: self.published_ids(self.fs) == {5, *btrfs_subvolume_list(mnt)}, "the model to settle")
 
     def test_properties_changed_at_most_once_a_second(self):
+        """A subvolume written to continuously: it signals at most once a
+        refresh, and refreshes run at least a second apart.  Both are read
+        from subvold's own log (-v), not from arrival times, which a busy
+        machine bunches up."""
         run("btrfs", "quota", "enable", self.mnt)
         run("btrfs", "quota", "rescan", "-w", self.mnt)
-        self.start()
+        daemon = self.start("-v")
         mon = Monitor(self, self.bus)
         vol = self.object(f"{self.mnt}/vol")
-        m = mon.mark()
-        # Many changes, each committed: usage moves with every one.
-        for i in range(40):
-            with open(f"{self.mnt}/vol/f{i}", "wb") as f:
+
+        def barrier(name):
+            """A new subvolume.  subvold's signals arrive in order: once its
+            InterfacesAdded is here, so is every signal of a refresh before
+            it.  Returns the monitor's mark after it."""
+            since = mon.mark()
+            subvolume_create(f"{self.mnt}/{name}")
+            line = mon.wait("InterfacesAdded", f"'{self.object(f'{self.mnt}/{name}')}'", since=since)
+            return mon.lines.index(line, since) + 1
+
+        # A refresh logged before the first barrier exists has all its
+        # signals before that barrier's.
+        first = len(daemon.refreshes())
+        start = barrier("start")
+        files = iter(range(1 << 20))
+
+        def write_and_count():
+            # Each change committed: usage moves with every one.
+            with open(f"{self.mnt}/vol/f{next(files)}", "wb") as f:
                 f.write(os.urandom(64 << 10))
             os.sync()
-            time.sleep(0.05)
-        wait_for(lambda: len(mon.times(f"{vol}:", "PropertiesChanged", since=m)) >= 2, "usage signals")
-        times = mon.times(f"{vol}:", "PropertiesChanged", since=m)
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        # Sent at least a second apart; arrival jitter is far below half of that.
-        self.assertGreater(min(gaps), 0.5, gaps)
+            return len(daemon.refreshes()) >= first + 6
+
+        wait_for(write_and_count, "refreshes while the subvolume changes", timeout=120)
+        signals = mon.matching(f"{vol}:", "PropertiesChanged", since=start, until=barrier("end"))
+        refreshes = daemon.refreshes()  # each logged before its signals go out
+        self.assertGreaterEqual(len(signals), 2, "the control: usage signals")
+        self.assertLessEqual(len(signals), len(refreshes) - first, signals)
+        # Only a change is signalled: the same values twice is a repeat.
+        self.assertEqual([a for a, b in zip(signals, signals[1:]) if a == b], [])
+        # subvold's own clock (no jitter on it): no refresh within a second
+        # of the previous one (Refresh() is not called here).
+        gaps = [b - a for (a, _), (b, _) in zip(refreshes, refreshes[1:])]
+        self.assertGreaterEqual(min(gaps), 1000000, gaps)
 
     def test_churn(self):
         """Thousands of mounts, unmounts and subvolume operations while
         clients read: the daemon keeps answering, ends with the kernel's
         model, and its fds and RSS come back to where they started."""
-        daemon = self.start()
+        os.sync()  # vol committed: scanned once, not again after the baseline
+        daemon = self.start("-v")
         mnt = self.mnt
+        vol = self.object(f"{mnt}/vol")
         binds = [self.path(f"bind{i}") for i in range(2)]
         for b in binds:
             os.mkdir(b)
@@ -165,21 +201,15 @@ class LiveTest(TestCase):
         settle = lambda: wait_for(lambda: self.published_ids(self.fs) == {5, *btrfs_subvolume_list(mnt)}
                                   and self.bus.get(self.fs.object_path, FS_IFACE, "MountPoints") == [
                                       list(os.fsencode(mnt)) + [0]], "the model to settle", timeout=60)
-        time.sleep(1.5)  # let the start-up settle, then take the baseline
-        fds, rss = stable_fds(daemon), daemon.status("VmRSS")
+        self.wait_quiet(daemon)  # the first scan is published
+        fds, rss = daemon.fds_between_operations(), daemon.status("VmRSS")
 
-        stop = threading.Event()
-        errors = []
+        def read(i):
+            answer = self.bus.call(MANAGER_PATH, MANAGER_IFACE, "GetSubvolumeByPath", "s", mnt + "/vol")
+            if answer != [vol]:
+                raise AssertionError(f"GetSubvolumeByPath answered {answer}, not {vol}")
 
-        def read():
-            while not stop.is_set():
-                try:
-                    self.bus.call(MANAGER_PATH, MANAGER_IFACE, "GetSubvolumeByPath", "s", mnt + "/vol")
-                except BusError as e:
-                    errors.append(str(e))
-
-        reader = threading.Thread(target=read)
-        reader.start()
+        reader = Churn(self, read)
         try:
             for i in range(1000):
                 # a bind mount and a subvolume mount, and away again
@@ -199,24 +229,34 @@ class LiveTest(TestCase):
                 if i % 100 == 0:
                     self.assertTrue(daemon.alive(), daemon.log())
         finally:
-            stop.set()
-            reader.join()
-        self.assertEqual(errors, [])
+            failures = reader.stop()
+        self.assertEqual(failures, [])
         # A filesystem unmounted while subvold reads it.
         other = Btrfs(self, "gone")
         for i in range(20):
             other.mount(self.path("gone"))
             self.bus.call(MANAGER_PATH, MANAGER_IFACE, "Refresh", user=ROOT)
             other.umount(self.path("gone"))
+        # The deleted subvolumes cleaned up and everything committed: no
+        # change is left for subvold to find.
+        run("btrfs", "subvolume", "sync", mnt)
+        os.sync()
         settle()
-        time.sleep(1.5)  # no refresh pending any more
-        # The generation timer opens a mount for some µs twice a second:
-        # a leak stays, that fd goes.
-        wait_for(lambda: daemon.open_fds() == fds, f"open fds back to {fds} (now {daemon.open_fds()})")
+        self.wait_quiet(daemon)
+        # A leak stays; the fd of an operation under way goes.
+        try:
+            wait_for(lambda: daemon.open_fds() == fds, "the open fds back at the baseline")
+        except AssertionError:
+            self.assertEqual(daemon.open_fds(), fds)  # says which
+            raise
         if not SANITIZED:  # ASan keeps freed memory in quarantine
             self.assertLess(daemon.status("VmRSS"), rss + 2048, f"RSS grew from {rss} kB")
 
     def test_exit_when_idle_and_activate_again(self):
+        # Data that a snapshot shares: referenced and exclusive differ.
+        with open(f"{self.mnt}/vol/file", "wb") as f:
+            f.write(os.urandom(1 << 20))
+        snapshot(f"{self.mnt}/vol", f"{self.mnt}/snap")
         run("btrfs", "quota", "enable", self.mnt)
         run("btrfs", "quota", "rescan", "-w", self.mnt)
         os.sync()
@@ -238,27 +278,69 @@ class LiveTest(TestCase):
         # The next call starts it again; it answers from the cache.
         self.assertEqual(bus.get(vol, SUBVOLUME_IFACE, "UsageUpdated"), first)
         self.assertNotEqual(owner_pid(), pid)
-        self.assertGreater(bus.get(vol, SUBVOLUME_IFACE, "ReferencedBytes"), 0)
+        self.assertEqual(tuple(bus.get(vol, SUBVOLUME_IFACE, p) for p in ("ReferencedBytes", "ExclusiveBytes")),
+                         qgroup_usage(f"{self.mnt}/vol"))
         os.kill(owner_pid(), 15)
         activation.check(2)  # the idle exit and the SIGTERM
 
     def test_no_timer_without_btrfs(self):
-        """With no btrfs mounted, subvold sleeps: no wake-ups at all.  With
-        one, its generation timer wakes it (the test's positive control)."""
+        """With no btrfs published, subvold sleeps: no timer armed, and not
+        one wake-up of any thread while a second subvold that has one (the
+        control) wakes again and again.  A btrfs that comes is watched (the
+        timer notices a new subvolume on it); when it goes, subvold sleeps
+        again."""
         hide_btrfs = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                       "findmnt -rn -t btrfs -o TARGET | sort -r | while read -r m; do "
                       "umount -l \"$(printf %b \"$m\")\"; done; exec \"$@\"", "sh"]
-        daemon = self.start(wrapper=hide_btrfs)
-        self.assertFalse([p for p in self.bus.managed_objects() if "/fs/" in p])
-        before = daemon.status("voluntary_ctxt_switches")
-        time.sleep(2)
-        self.assertEqual(daemon.status("voluntary_ctxt_switches"), before)
-        daemon.stop()
+        control = Daemon(self, self.bus_of_its_own())
+        wait_for(control.armed_timers, "the control's generation timer")  # it shows in fdinfo
+        daemon = self.start("-v", wrapper=hide_btrfs)
+        published = lambda: self.bus.get(MANAGER_PATH, MANAGER_IFACE, "Filesystems")
+        self.assertEqual(published(), [])
+        self.assert_asleep(daemon, control)
 
-        daemon = self.start()
-        before = daemon.status("voluntary_ctxt_switches")
-        time.sleep(2)
-        self.assertGreater(daemon.status("voluntary_ctxt_switches"), before)
+        # A btrfs mounted where only subvold sees it, and away again.
+        where = self.path("seen")
+        os.mkdir(where)
+        in_its_namespace = ["nsenter", f"--mount=/proc/{daemon.proc.pid}/ns/mnt"]
+        run(*in_its_namespace, "mount", self.fs.device, where)
+        wait_for(lambda: published() == [self.fs.object_path], "the filesystem")
+        # Once nothing else is left to do, only the generation timer can
+        # notice a new subvolume.
+        self.wait_quiet(daemon)
+        subvolume_create(f"{self.mnt}/later")
+        wait_for(lambda: btrfs_rootid(f"{self.mnt}/later") in self.published_ids(self.fs), "the new subvolume")
+        run(*in_its_namespace, "umount", where)
+        wait_for(lambda: published() == [], "the filesystem to go")
+        self.assert_asleep(daemon, control)
+        daemon.stop()
+        control.stop()
+
+    def bus_of_its_own(self):
+        """A bus for a second subvold (the name is taken on self.bus): all
+        Daemon needs of one is its environment."""
+        socket_path = self.path("control_bus_socket")
+        proc = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--nopidfile",
+                                 f"--address=unix:path={socket_path}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.stack.callback(proc.wait)
+        self.stack.callback(proc.terminate)
+        wait_for(lambda: os.path.exists(socket_path), "the control's bus")
+        return types.SimpleNamespace(env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=f"unix:path={socket_path}"))
+
+    def assert_asleep(self, daemon, control, ticks=6):
+        """No timer of @daemon armed, and not one wake-up of it while
+        @control's generation timer wakes it @ticks times: the window is
+        counted in the very wake-ups that must not happen, not in seconds."""
+        def still_for(n):
+            before, control_before = daemon.wakeups(), control.wakeups()
+            wait_for(lambda: control.wakeups() >= control_before + n, f"{n} wake-up(s) of the control")
+            return daemon.wakeups() == before
+
+        wait_for(lambda: not daemon.armed_timers(), "no armed timer")
+        wait_for(lambda: still_for(1), "subvold to fall asleep")  # done with what it was doing
+        self.assertTrue(still_for(ticks), "subvold woke without a btrfs")
+        self.assertEqual(daemon.armed_timers(), [])
 
 
 if __name__ == "__main__":
