@@ -34,7 +34,8 @@ static void leave(void) {
 
 int as_caller_openat(const Caller *caller, int dirfd, const char *path, int flags) {
         struct open_how how = {
-                .flags = (uint64_t) flags | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
+                /* openat2() refuses O_NOCTTY with O_PATH. */
+                .flags = (uint64_t) flags | O_NOFOLLOW | O_CLOEXEC | (flags & O_PATH ? 0 : O_NOCTTY),
                 .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
         };
         int fd, r;

@@ -134,14 +134,15 @@ static int run_job(FilesJob *j) {
                 r = open_filesystem(&j->files[i], &fd);
                 if (r < 0)
                         return r;
-                q = (VersionsQuery) { .fs_fd = fd, .subvolume = j->files[i].subvolume, .ino = j->files[i].ino };
+                q = (VersionsQuery) { .file_fd = j->files[i].fd, .fs_fd = fd, .subvolume = j->files[i].subvolume,
+                                      .ino = j->files[i].ino };
                 r = versions_current(&q, &j->files[i].inode);
                 if (r < 0)
                         return r;
                 if (i == 0)
                         fs_fd = TAKE_FD(fd);
         }
-        q = (VersionsQuery) { .fs_fd = fs_fd, .mount = &f->mount, .source = f->source, .fsid = f->fsid,
+        q = (VersionsQuery) { .file_fd = f->fd, .fs_fd = fs_fd, .mount = &f->mount, .source = f->source, .fsid = f->fsid,
                               .subvolume = f->subvolume, .ino = f->ino, .members = f->members,
                               .n_members = f->n_members, .caller = &j->caller };
         switch (j->op) {

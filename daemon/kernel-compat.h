@@ -102,7 +102,8 @@ struct statx_compat {
         __u64 stx_size;
         __u64 stx_blocks;
         __u64 stx_attributes_mask;
-        struct { __s64 tv_sec; __u32 tv_nsec; __s32 __reserved; } stx_atime, stx_btime, stx_ctime, stx_mtime;
+        struct statx_timestamp_compat { __s64 tv_sec; __u32 tv_nsec; __s32 __reserved; } stx_atime, stx_btime,
+                stx_ctime, stx_mtime;
         __u32 stx_rdev_major;
         __u32 stx_rdev_minor;
         __u32 stx_dev_major;

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/btrfs_tree.h>
 #include <linux/mount.h>
@@ -39,6 +40,11 @@ static void found_done(Found *f) {
 /* The entry at @path (relative, normalized) in subvolume @tree, walking
  * its directories; -ENOENT if a component is missing or leads into
  * another subvolume. */
+static void closedirp(DIR **d) {
+        if (*d)
+                closedir(*d);
+}
+
 static int resolve_path(int fd, uint64_t tree, const char *path, BtrfsDirEntry *ret) {
         BtrfsDirEntry e = { .ino = BTRFS_FIRST_FREE_OBJECTID, .type = BTRFS_FT_DIR };
 
@@ -121,19 +127,43 @@ static int open_member_root(int fs_fd, uint64_t member) {
         return fd < 0 ? -errno : fd;
 }
 
+static uint64_t statx_usec(const struct statx_timestamp_compat *t) {
+        return t->tv_sec > 0 ? (uint64_t) t->tv_sec * 1000000 + t->tv_nsec / 1000 : 0;
+}
+
+/* The metadata of an open file as the kernel has it now: the tree's own
+ * items lag behind by up to a transaction (btrfs delays inode updates). */
+static int fd_inode(int fd, uint64_t *ret_subvolume, BtrfsInode *inode) {
+        struct statx_compat stx = {};
+        unsigned mask = STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE | STATX_NLINK | STATX_MTIME | STATX_CTIME;
+
+        if (sys_statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, mask | STATX_SUBVOL_COMPAT, &stx) < 0)
+                return -errno;
+        if (!(stx.stx_mask & STATX_SUBVOL_COMPAT))
+                return -EMEDIUMTYPE;
+        *ret_subvolume = stx.stx_subvol;
+        inode->ino = stx.stx_ino;
+        inode->mode = stx.stx_mode;
+        inode->size = stx.stx_size;
+        inode->nlink = stx.stx_nlink;
+        inode->mtime_usec = statx_usec(&stx.stx_mtime);
+        inode->ctime_usec = statx_usec(&stx.stx_ctime);
+        return 0;
+}
+
 /* Opens @path in @root as the caller and checks that it is what the tree
- * said (inode @ino of @member): the tree may have changed since. */
-static int open_checked(const VersionsQuery *q, int root, uint64_t member, const char *path, uint64_t ino,
+ * said (inode @ino of @member): the tree may have changed since.  *@inode
+ * gets what the kernel says of it now (its generation stays). */
+static int open_checked(const VersionsQuery *q, int root, uint64_t member, const char *path, BtrfsInode *inode,
                         uint8_t type) {
         int flags = type == BTRFS_FT_REG_FILE ? O_RDONLY | O_NONBLOCK :
                     type == BTRFS_FT_DIR ? O_RDONLY | O_DIRECTORY : O_PATH;
-        struct statx_compat stx = {};
+        uint64_t ino = inode->ino, subvolume = 0;
         int fd = as_caller_openat(q->caller, root, *path ? path : ".", flags);
 
         if (fd < 0)
                 return fd;
-        if (sys_statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_SUBVOL_COMPAT, &stx) < 0 ||
-            !(stx.stx_mask & STATX_SUBVOL_COMPAT) || stx.stx_subvol != member || stx.stx_ino != ino) {
+        if (fd_inode(fd, &subvolume, inode) < 0 || subvolume != member || inode->ino != ino) {
                 close(fd);
                 return -ENOENT;
         }
@@ -144,13 +174,14 @@ static int open_checked(const VersionsQuery *q, int root, uint64_t member, const
 }
 
 /* Whether the caller may open @path of @member. */
-static bool caller_may_open(const VersionsQuery *q, uint64_t member, const char *path, uint64_t ino, uint8_t type) {
+static bool caller_may_open(const VersionsQuery *q, uint64_t member, const char *path, BtrfsInode *inode,
+                            uint8_t type) {
         _cleanup_close_ int root = open_member_root(q->fs_fd, member);
         int fd;
 
         if (root < 0)
                 return false;
-        fd = open_checked(q, root, member, path, ino, type);
+        fd = open_checked(q, root, member, path, inode, type);
         if (fd < 0)
                 return false;
         close(fd);
@@ -158,7 +189,7 @@ static bool caller_may_open(const VersionsQuery *q, uint64_t member, const char 
 }
 
 /* Opens @path of @member as the caller, in a mount of its own. */
-static int open_in_private_mount(const VersionsQuery *q, uint64_t member, const char *path, uint64_t ino,
+static int open_in_private_mount(const VersionsQuery *q, uint64_t member, const char *path, BtrfsInode *inode,
                                  uint8_t type) {
         _cleanup_close_ int root = -1, tree = -1;
         struct mount_attr attr = {
@@ -186,11 +217,26 @@ static int open_in_private_mount(const VersionsQuery *q, uint64_t member, const 
                 return r;
         if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
                 return -errno;
-        return open_checked(q, tree, member, path, ino, type);
+        return open_checked(q, tree, member, path, inode, type);
 }
 
 int versions_current(const VersionsQuery *q, BtrfsInode *ret) {
-        return btrfs_read_inode(q->fs_fd, q->subvolume, q->ino, ret);
+        BtrfsInode item;
+        uint64_t subvolume;
+        int r;
+
+        /* The caller's own fd says what the file is now; its generation,
+         * which never changes, comes from its inode item. */
+        r = fd_inode(q->file_fd, &subvolume, ret);
+        if (r < 0)
+                return r;
+        if (subvolume != q->subvolume || ret->ino != q->ino)
+                return -ESTALE;
+        r = btrfs_read_inode(q->fs_fd, q->subvolume, q->ino, &item);
+        if (r < 0)
+                return r;
+        ret->generation = item.generation;
+        return 0;
 }
 
 /* The current file or directory, and its path. */
@@ -227,7 +273,7 @@ int versions_list(const VersionsQuery *q, bool all, FileVersion **ret, size_t *r
                         goto fail;
                 if (r < 0)
                         continue;
-                if (!caller_may_open(q, q->members[i], f.path, f.inode.ino, BTRFS_FT_REG_FILE) ||
+                if (!caller_may_open(q, q->members[i], f.path, &f.inode, BTRFS_FT_REG_FILE) ||
                     (!all && n > 0 && same_version(&v[n - 1].inode, &f.inode))) {
                         found_done(&f);
                         continue;
@@ -260,7 +306,7 @@ int versions_open(const VersionsQuery *q, uint64_t member, int *ret_fd) {
         r = find_in_member(q->fs_fd, member, &cur, cur_path, &f);
         if (r < 0)
                 return r;
-        fd = open_in_private_mount(q, member, f.path, f.inode.ino, BTRFS_FT_REG_FILE);
+        fd = open_in_private_mount(q, member, f.path, &f.inode, BTRFS_FT_REG_FILE);
         found_done(&f);
         if (fd < 0)
                 return fd == -EACCES || fd == -EPERM ? -ENOENT : fd;
@@ -306,8 +352,27 @@ static void name_set_sort(NameSet *s) {
                 qsort(s->names, s->n, sizeof(char *), cmp_name);
 }
 
-static int add_current_name(const char *name, size_t len, const BtrfsDirEntry *e, void *userdata) {
-        return name_set_add(userdata, name, len);
+/* The names in the caller's directory, as the kernel lists them now (its
+ * index items in the tree lag behind, like inode items). */
+static int current_names(const VersionsQuery *q, NameSet *ret) {
+        _cleanup_close_ int fd = openat(q->file_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_(closedirp) DIR *d = NULL;
+        struct dirent *de;
+
+        if (fd < 0)
+                return -errno;
+        d = fdopendir(fd);
+        if (!d)
+                return -errno;
+        fd = -1;
+        while ((errno = 0, de = readdir(d)))
+                if (!streq(de->d_name, ".") && !streq(de->d_name, "..") &&
+                    name_set_add(ret, de->d_name, strlen(de->d_name)) < 0)
+                        return -ENOMEM;
+        if (errno != 0)
+                return -errno;
+        name_set_sort(ret);
+        return 0;
 }
 
 /* One member's directory, while its entries are looked at. */
@@ -336,7 +401,7 @@ static int consider_entry(const char *name, size_t len, const BtrfsDirEntry *e, 
                 return -ENOMEM;
         }
         if (btrfs_read_inode(s->q->fs_fd, s->member, e->ino, &inode) < 0 ||
-            !caller_may_open(s->q, s->member, path, e->ino, e->type))
+            !caller_may_open(s->q, s->member, path, &inode, e->type))
                 return 0;
         if (grow_array(&s->found, &s->allocated, s->n_found + 1, sizeof(DeletedFile)) < 0)
                 return -ENOMEM;
@@ -359,10 +424,9 @@ int versions_deleted(const VersionsQuery *q, DeletedFile **ret, size_t *ret_n) {
         r = find_current(q, true, &cur, &cur_path);
         if (r < 0)
                 return r;
-        r = btrfs_dir_list(q->fs_fd, q->subvolume, q->ino, add_current_name, &current);
+        r = current_names(q, &current);
         if (r < 0)
                 return r;
-        name_set_sort(&current);
         /* Newest first: each name from the newest member that has it. */
         for (size_t i = q->n_members; i-- > 0;) {
                 Found f = {};
@@ -419,7 +483,7 @@ int versions_open_deleted(const VersionsQuery *q, const char *name, uint64_t mem
         found_done(&f);
         if (r < 0)
                 return r;
-        fd = open_in_private_mount(q, member, path, e.ino, e.type);
+        fd = open_in_private_mount(q, member, path, &(BtrfsInode) { .ino = e.ino }, e.type);
         if (fd < 0)
                 return fd == -EACCES || fd == -EPERM ? -ENOENT : fd;
         *ret_fd = fd;

@@ -25,6 +25,7 @@
 /* Where and what to look for: the caller's file (or directory) and the
  * other members of its family. */
 typedef struct VersionsQuery {
+        int file_fd;             /* the caller's file or directory */
         int fs_fd;               /* a directory on the file's filesystem */
         const Mount *mount;      /* a mount of it, for the private mounts */
         MountSource source;
@@ -54,7 +55,7 @@ typedef struct DeletedFile {
 void file_versions_free(FileVersion *v, size_t n);
 void deleted_files_free(DeletedFile *d, size_t n);
 
-/* The inode behind the query (the caller's own file). */
+/* The inode behind the query (the caller's own file), as it is now. */
 int versions_current(const VersionsQuery *q, BtrfsInode *ret);
 
 /* The versions of the file in the members the caller may read them in,

@@ -16,9 +16,16 @@
  *                                  when written opath:FILE) and passed as an fd,
  *                                  "all" becomes the options {All: true}, OBJECT
  *                                  paths and NAMEs pass as they are (names as
- *                                  bytestrings); prints "ok REPLY" (GVariant
- *                                  text) or "error NAME"; for an fd returned,
- *                                  "ok" and the file's contents in hex
+ *                                  bytestrings); prints "ok JSON" (the reply's
+ *                                  arguments as a JSON array, byte arrays as
+ *                                  arrays of numbers, a{s*} as objects) or
+ *                                  "error NAME"; for an fd returned, "ok" and
+ *                                  the file's contents in hex
+ *   gdbus-client files-walk DIR NAME SNAPSHOT
+ *                                  OpenDeletedFile on a directory, then ".." four
+ *                                  times from the fd it returns: prints the inode
+ *                                  and subvolume id reached and "ro" or "rw" for
+ *                                  the mount the fd is on
  *   gdbus-client long-path PREFIX LENGTH
  *                                  GetSubvolumeByPath with PREFIX followed by
  *                                  "/a" up to LENGTH bytes (as long as the bus
@@ -32,7 +39,13 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/btrfs.h>
+#include <linux/btrfs_tree.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define BUS_NAME "org.subvold.Subvold1"
@@ -187,10 +200,66 @@ static int long_path(const char *prefix, size_t length) {
         return print_reply(reply, error);
 }
 
+static void print_json_string(const char *s) {
+        putchar('"');
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if (*p == '"' || *p == '\\')
+                        printf("\\%c", *p);
+                else if (*p < 0x20)
+                        printf("\\u%04x", *p);
+                else
+                        putchar(*p);
+        putchar('"');
+}
+
+/* Writes @v as JSON: what the tests parse. */
+static void print_json(GVariant *v) {
+        const GVariantType *t = g_variant_get_type(v);
+        GVariantIter iter;
+        GVariant *child;
+        bool first = true;
+
+        if (g_variant_is_of_type(v, G_VARIANT_TYPE_BOOLEAN))
+                printf(g_variant_get_boolean(v) ? "true" : "false");
+        else if (g_variant_is_of_type(v, G_VARIANT_TYPE_UINT64))
+                printf("%" G_GUINT64_FORMAT, g_variant_get_uint64(v));
+        else if (g_variant_is_of_type(v, G_VARIANT_TYPE_UINT32))
+                printf("%" G_GUINT32_FORMAT, g_variant_get_uint32(v));
+        else if (g_variant_is_of_type(v, G_VARIANT_TYPE_BYTE))
+                printf("%u", g_variant_get_byte(v));
+        else if (g_variant_type_is_basic(t))
+                print_json_string(g_variant_get_string(v, NULL));
+        else if (g_variant_type_is_variant(t)) {
+                g_autoptr(GVariant) inner = g_variant_get_variant(v);
+                print_json(inner);
+        } else if (g_variant_type_is_array(t) && g_variant_type_is_dict_entry(g_variant_type_element(t))) {
+                putchar('{');
+                g_variant_iter_init(&iter, v);
+                while ((child = g_variant_iter_next_value(&iter))) {
+                        g_autoptr(GVariant) key = g_variant_get_child_value(child, 0), value = g_variant_get_child_value(child, 1);
+                        printf(first ? "" : ",");
+                        print_json_string(g_variant_get_string(key, NULL));
+                        putchar(':');
+                        print_json(value);
+                        g_variant_unref(child);
+                        first = false;
+                }
+                putchar('}');
+        } else {
+                putchar('[');
+                g_variant_iter_init(&iter, v);
+                while ((child = g_variant_iter_next_value(&iter))) {
+                        printf(first ? "" : ",");
+                        print_json(child);
+                        g_variant_unref(child);
+                        first = false;
+                }
+                putchar(']');
+        }
+}
+
 /* Prints the reply of a Files call; an fd in it is read and printed. */
 static int print_files_reply(GVariant *reply, GUnixFDList *fds, GError *error) {
-        g_autofree char *text = NULL;
-
         if (!reply) {
                 g_autofree char *name = g_dbus_error_get_remote_error(error);
                 printf("error %s\n", name ? name : "(local)");
@@ -211,8 +280,9 @@ static int print_files_reply(GVariant *reply, GUnixFDList *fds, GError *error) {
                         close(fd);
                 return 0;
         }
-        text = g_variant_print(reply, TRUE);
-        printf("ok %s\n", text);
+        printf("ok ");
+        print_json(reply);
+        putchar('\n');
         return 0;
 }
 
@@ -269,6 +339,37 @@ static int files_call(const char *method, int argc, char **argv) {
         return print_files_reply(reply, out_fds, error);
 }
 
+static int files_walk(const char *dir, const char *name, const char *snapshot) {
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
+        g_autoptr(GUnixFDList) fds = g_unix_fd_list_new(), out_fds = NULL;
+        g_autoptr(GVariant) reply = NULL;
+        struct btrfs_ioctl_ino_lookup_args lookup = { .objectid = BTRFS_FIRST_FREE_OBJECTID };
+        struct statvfs sv;
+        struct stat st;
+        int fd, up, index;
+
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (!bus || fd < 0 || (index = g_unix_fd_list_append(fds, fd, &error)) < 0)
+                return 1;
+        close(fd);
+        reply = g_dbus_connection_call_with_unix_fd_list_sync(
+                bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Files", "OpenDeletedFile",
+                g_variant_new("(h@ayo)", index, g_variant_new_bytestring(name), snapshot), NULL,
+                G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds, &out_fds, NULL, &error);
+        if (!reply)
+                return print_files_reply(reply, out_fds, error);
+        fd = g_unix_fd_list_get(out_fds, 0, NULL);
+        up = openat(fd, "../../../..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (up < 0 || fstat(up, &st) < 0 || ioctl(up, BTRFS_IOC_INO_LOOKUP, &lookup) < 0 || fstatvfs(fd, &sv) < 0) {
+                perror("walk");
+                return 1;
+        }
+        printf("%ju %llu %s\n", (uintmax_t) st.st_ino, (unsigned long long) lookup.treeid,
+               sv.f_flag & ST_RDONLY ? "ro" : "rw");
+        return 0;
+}
+
 int main(int argc, char *argv[]) {
         if (argc >= 2 && g_str_equal(argv[1], "objects"))
                 return list_objects();
@@ -278,6 +379,8 @@ int main(int argc, char *argv[]) {
                 return by_fd("GetStatfsByFd", "file", argv[2]);
         if (argc >= 4 && g_str_equal(argv[1], "long-path"))
                 return long_path(argv[2], strtoul(argv[3], NULL, 10));
+        if (argc >= 5 && g_str_equal(argv[1], "files-walk"))
+                return files_walk(argv[2], argv[3], argv[4]);
         if (argc >= 4 && g_str_equal(argv[1], "files"))
                 return files_call(argv[2], argc - 3, argv + 3);
         fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE | files METHOD ARG... | long-path PREFIX LENGTH\n", argv[0]);
