@@ -8,6 +8,7 @@ Everything a test starts is registered on an ExitStack and torn down in
 reverse order, also when the test fails."""
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -76,12 +77,12 @@ class TestCase(unittest.TestCase):
 class Btrfs:
     """A btrfs filesystem on its own loop device."""
 
-    def __init__(self, test, name, size="512M", label=None):
+    def __init__(self, test, name, size="512M", label=None, mkfs_args=()):
         self.test = test
         self.image = test.path(name + ".img")
         with open(self.image, "wb") as f:
             f.truncate(_parse_size(size))
-        run("mkfs.btrfs", "-q", *(["-L", label] if label else []), self.image)
+        run("mkfs.btrfs", "-q", *(["-L", label] if label else []), *mkfs_args, self.image)
         self.device = run("losetup", "--find", "--show", self.image).decode().strip()
         test.stack.callback(run, "losetup", "-d", self.device, check=False)
         self.uuid = run("blkid", "-p", "-o", "value", "-s", "UUID", self.device).decode().strip()
@@ -116,6 +117,22 @@ def _umount(where):
             subprocess.run(["umount", "-l", where], stderr=subprocess.DEVNULL)
 
 
+def private_mounts():
+    """Moves this process (and what it starts from now on) into a mount
+    namespace of its own without the btrfs loop mounts that exist now,
+    other tests' among them, as tools/bench.sh does: its subvold sees only
+    what the test mounts, and other tests' daemons never see that."""
+    if ctypes.CDLL(None, use_errno=True).unshare(0x00020000) != 0:  # CLONE_NEWNS
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    run("mount", "--make-rprivate", "/")
+    mounts = run("findmnt", "-rn", "-t", "btrfs", "-o", "TARGET,SOURCE", check=False).splitlines()  # 1 if none
+    for target, source in reversed([m.split(b" ", 1) for m in mounts]):
+        if source.startswith(b"/dev/loop"):
+            # findmnt -r writes a blank (and other bytes) as \xNN
+            target = re.sub(rb"\\x([0-9a-f]{2})", lambda m: bytes([int(m[1], 16)]), target)
+            run(b"umount", b"-l", target, check=False)
+
+
 def _parse_size(s):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
@@ -146,7 +163,8 @@ class Bus:
     denies by default like the real system bus and includes subvold's own
     policy file; otherwise it allows everything."""
 
-    def __init__(self, test, shipped_policy=True, servicedir=None):
+    def __init__(self, test, shipped_policy=True, servicedir=None, limits=None):
+        """@limits: dbus-daemon's <limit>s by name, e.g. {"max_message_size": 1048576}."""
         self.socket = test.path("system_bus_socket")
         conf = test.path("bus.conf")
         if shipped_policy:
@@ -163,6 +181,7 @@ class Bus:
   <auth>EXTERNAL</auth>
   {policy}
   {f"<servicedir>{servicedir}</servicedir>" if servicedir else ""}
+  {"".join(f'<limit name="{k}">{v}</limit>' for k, v in (limits or {}).items())}
 </busconfig>
 """)
         # The socket lives in a private 0700 directory; others must reach it.

@@ -22,6 +22,7 @@ from harness import (SOURCE_DIR, Btrfs, Bus, Daemon, TestCase, btrfs_rootid, btr
 SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 FILE_MANAGER = os.environ.get("SUBVOLD_FILE_MANAGER", "")
 UNKNOWN = 2**64 - 1
+NOBODY = 65534
 
 
 def qgroup_show(mountpoint):
