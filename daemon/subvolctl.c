@@ -39,6 +39,7 @@ typedef struct Sv {
 
 typedef struct Fs {
         char *object, *uuid, *label, *quota_mode;
+        char *name;  /* what list's table calls it */
         uint64_t size, used, free, available;
 } Fs;
 
@@ -57,7 +58,7 @@ static void objects_done(Objects *o) {
         }
         for (size_t i = 0; i < o->n_fss; i++) {
                 Fs *f = &o->fss[i];
-                free(f->object), free(f->uuid), free(f->label), free(f->quota_mode);
+                free(f->object), free(f->uuid), free(f->label), free(f->quota_mode), free(f->name);
         }
         free(o->svs);
         free(o->fss);
@@ -447,15 +448,51 @@ static int resolve_fs(sd_bus *bus, const Objects *o, const char *spec, char **re
         return -EXIT_NOT_FOUND;
 }
 
+/* The table's name for a filesystem: its label (which subvold escapes as
+ * it escapes paths), or the first 8 hex digits of its UUID when it has
+ * none or shares it with another; blanks written \x20, as findmnt writes
+ * them, so that the columns still split on white space. */
+static char *fs_name(const Objects *o, const Fs *f) {
+        bool unique = f->label && *f->label;
+        char *name, *n;
+
+        for (size_t i = 0; unique && i < o->n_fss; i++)
+                unique = &o->fss[i] == f || !o->fss[i].label || !streq(o->fss[i].label, f->label);
+        if (!unique)
+                return strndup(f->uuid ? f->uuid : "", 8);
+        name = n = malloc(strlen(f->label) * 4 + 1);
+        for (const char *l = f->label; name && *l; l++)
+                n = *l == ' ' ? stpcpy(n, "\\x20") : (*n = *l, n + 1);
+        if (name)
+                *n = 0;
+        return name;
+}
+
+/* Columns @s takes on a terminal: one per character. */
+static int text_width(const char *s) {
+        int n = 0;
+
+        for (; *s; s++)
+                n += ((unsigned char) *s & 0xc0) != 0x80;  /* not a UTF-8 continuation byte */
+        return n;
+}
+
 static int cmd_list(sd_bus *bus, int argc, char **argv) {
         _cleanup_free_ char *fs = NULL;
         Objects o = {};
         bool first = true;
-        int r;
+        int r, width = strlen("FILESYSTEM");
 
         r = load_objects(bus, &o);
         if (r >= 0 && arg_fs)
                 r = resolve_fs(bus, &o, arg_fs, &fs);
+        for (size_t i = 0; r >= 0 && i < o.n_fss; i++) {
+                o.fss[i].name = fs_name(&o, &o.fss[i]);
+                if (!o.fss[i].name)
+                        r = -EXIT_FAILED;
+                else if ((!fs || streq(fs, o.fss[i].object)) && text_width(o.fss[i].name) > width)
+                        width = text_width(o.fss[i].name);
+        }
         if (r < 0) {
                 objects_done(&o);
                 return -r;
@@ -463,9 +500,12 @@ static int cmd_list(sd_bus *bus, int argc, char **argv) {
         if (arg_json)
                 putchar('[');
         else
-                printf("%-8s %-5s %10s %10s %10s  %s\n", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH");
+                printf("%-*s %-8s %-5s %10s %10s %10s  %s\n", width, "FILESYSTEM", "ID", "FLAGS", "REFERENCED",
+                       "EXCLUSIVE", "INODES", "PATH");
         for (size_t i = 0; i < o.n_svs; i++) {
                 const Sv *s = &o.svs[i];
+                const Fs *f = find_fs(&o, s->filesystem);
+                const char *name = f ? f->name : "-";
                 char b1[32], b2[32], b3[32];
 
                 if ((arg_snapshots == 1 && !s->is_snapshot) || (arg_snapshots == 0 && s->is_snapshot) ||
@@ -475,7 +515,7 @@ static int cmd_list(sd_bus *bus, int argc, char **argv) {
                         printf("%s{\"object\":", first ? "" : ",");
                         json_string(stdout, s->object);
                         printf(",\"filesystem\":");
-                        json_string(stdout, find_fs(&o, s->filesystem) ? find_fs(&o, s->filesystem)->uuid : "");
+                        json_string(stdout, f ? f->uuid : "");
                         printf(",\"id\":%" PRIu64 ",\"path\":", s->id);
                         json_string(stdout, s->display_path);
                         printf(",\"snapshot\":%s,\"read_only\":%s,", s->is_snapshot ? "true" : "false",
@@ -489,7 +529,8 @@ static int cmd_list(sd_bus *bus, int argc, char **argv) {
                         first = false;
                         continue;
                 }
-                printf("%-8" PRIu64 " %c%c    %10s %10s %10s  %s\n", s->id, s->is_snapshot ? 'S' : '-',
+                printf("%s%*s %-8" PRIu64 " %c%c    %10s %10s %10s  %s\n", name, width - text_width(name), "",
+                       s->id, s->is_snapshot ? 'S' : '-',
                        s->read_only ? 'R' : '-', format_size(s->referenced, b1), format_size(s->exclusive, b2),
                        s->inodes == UNKNOWN ? "-" : (snprintf(b3, sizeof b3, "%" PRIu64, s->inodes), b3),
                        s->display_path);
