@@ -2,13 +2,15 @@
 /*
  * mkfixture - populate a mounted btrfs with subvolumes for the benchmark.
  *
- * usage: mkfixture MNT N
+ * usage: mkfixture [--snapshots=COUNT] [--empty] MNT N
  *        mkfixture --files MNT N
  *
  * Creates N subvolumes below MNT (the top level of a btrfs):
- *   MNT/vol/vNNNNNN   plain read-write subvolumes, four fifths of N, each
- *                     holding three small files (inline, one block, 16 KiB)
- *   MNT/snap/sNNNNNN  read-only snapshots of the plain ones, one fifth of N
+ *   MNT/vol/vNNNNNN   plain read-write subvolumes, N - COUNT of them, each
+ *                     holding three small files (inline, one block, 16 KiB),
+ *                     or none with --empty
+ *   MNT/snap/sNNNNNN  read-only snapshots of the plain ones, COUNT of them
+ *                     (one fifth of N unless given; each costs a commit)
  *
  * With --files: one subvolume MNT/files holding N files, the same three
  * sizes in turn, in directories of 1000 files each.
@@ -16,9 +18,12 @@
  * Everything goes through fds (libbtrfsutil's *_fd forms, openat) so that no
  * path is looked up twice: at N=10000 the cost is the kernel's, not ours.
  */
+#ifndef _GNU_SOURCE  /* meson defines it for the whole project */
 #define _GNU_SOURCE
+#endif
 #include <btrfsutil.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -108,35 +113,63 @@ static int make_files(int top_fd, long n)
 	return 0;
 }
 
-int main(int argc, char **argv)
+static int parse_count(const char *s, long *ret)
 {
-	struct timespec t0, t1;
-	enum btrfs_util_error e;
-	int top_fd, vol_fd, snap_fd;
-	long n, snapshots, plain;
-	bool files = argc == 4 && strcmp(argv[1], "--files") == 0;
-	char name[32];
 	char *end;
 
-	if (files)
-		argv++, argc--;
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s [--files] MNT N\n", argv[0]);
-		return 2;
-	}
 	errno = 0;
-	n = strtol(argv[2], &end, 10);
-	if (errno || *end || n < 1 || n > 1000000) {
-		fprintf(stderr, "mkfixture: bad N '%s'\n", argv[2]);
+	*ret = strtol(s, &end, 10);
+	if (errno || *end || end == s || *ret < 0 || *ret > 1000000) {
+		fprintf(stderr, "mkfixture: bad number '%s'\n", s);
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "files", no_argument, NULL, 'f' },
+		{ "snapshots", required_argument, NULL, 's' },
+		{ "empty", no_argument, NULL, 'e' },
+		{}
+	};
+	struct timespec t0, t1;
+	enum btrfs_util_error e;
+	int top_fd, vol_fd, snap_fd, c;
+	long n, snapshots = -1, plain;
+	bool files = false, empty = false;
+	const char *mnt;
+	char name[32];
+
+	while ((c = getopt_long(argc, argv, "", options, NULL)) >= 0) {
+		if (c == 'f')
+			files = true;
+		else if (c == 'e')
+			empty = true;
+		else if (c != 's' || parse_count(optarg, &snapshots) < 0)
+			return 2;
+	}
+	if (argc - optind != 2) {
+		fprintf(stderr, "usage: %s [--snapshots=COUNT] [--empty] MNT N\n"
+			"       %s --files MNT N\n", argv[0], argv[0]);
 		return 2;
 	}
-	snapshots = n / 5;
+	mnt = argv[optind];
+	if (parse_count(argv[optind + 1], &n) < 0 || n < 1)
+		return 2;
+	if (snapshots < 0)
+		snapshots = n / 5;
+	if (snapshots >= n) {
+		fprintf(stderr, "mkfixture: %ld snapshots leave no subvolume to take them of\n", snapshots);
+		return 2;
+	}
 	plain = n - snapshots;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	top_fd = open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	top_fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (top_fd < 0) {
-		fprintf(stderr, "mkfixture: open %s: %m\n", argv[1]);
+		fprintf(stderr, "mkfixture: open %s: %m\n", mnt);
 		return 1;
 	}
 	if (files) {
@@ -150,7 +183,7 @@ int main(int argc, char **argv)
 	vol_fd = open_dir_at(top_fd, "vol");
 	snap_fd = open_dir_at(top_fd, "snap");
 	if (vol_fd < 0 || snap_fd < 0) {
-		fprintf(stderr, "mkfixture: mkdir in %s: %m\n", argv[1]);
+		fprintf(stderr, "mkfixture: mkdir in %s: %m\n", mnt);
 		return 1;
 	}
 
@@ -161,6 +194,8 @@ int main(int argc, char **argv)
 		e = btrfs_util_create_subvolume_fd(vol_fd, name, 0, NULL, NULL);
 		if (e)
 			return fail_btrfs("create subvolume", name, e);
+		if (empty)
+			continue;
 		fd = openat(vol_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0 || write_files(fd, (unsigned) i) < 0) {
 			fprintf(stderr, "mkfixture: files in vol/%s: %m\n", name);
@@ -169,8 +204,8 @@ int main(int argc, char **argv)
 		close(fd);
 	}
 
-	/* N/5 snapshots never outnumber the 4N/5 plain subvolumes, so each
-	 * source gets at most one snapshot; the modulo only guards tiny N. */
+	/* The default N/5 snapshots never outnumber the 4N/5 plain subvolumes,
+	 * so each source gets at most one snapshot; more go round again. */
 	for (long j = 1; j <= snapshots; j++) {
 		char source[32];
 		int fd;

@@ -31,6 +31,12 @@
  *                                  "/a" up to LENGTH bytes (as long as the bus
  *                                  allows: longer than any command line);
  *                                  prints "ok OBJECT" or "error NAME"
+ *   gdbus-client managed-objects   GetManagedObjects; prints "ok OBJECTS BYTES"
+ *   gdbus-client pages FS COUNT    GetSubvolumes on FS from 0 until next_id is 0,
+ *                                  COUNT a page; per page "page BYTES N NEXT_ID",
+ *                                  then "subvolume ID PATHHEX" per subvolume
+ *   The last two print "error NAME MESSAGE" for an error reply; BYTES is
+ *   the reply's size on the wire.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -147,17 +153,24 @@ static int print_reply(GVariant *reply, GError *error) {
         return 0;
 }
 
+static GDBusConnection *system_bus(void) {
+        g_autoptr(GError) error = NULL;
+        GDBusConnection *bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
+
+        if (!bus)
+                fprintf(stderr, "bus: %s\n", error->message);
+        return bus;
+}
+
 static int by_fd(const char *method, const char *kind, const char *file) {
         g_autoptr(GError) error = NULL;
-        g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
+        g_autoptr(GDBusConnection) bus = system_bus();
         g_autoptr(GUnixFDList) fds = g_unix_fd_list_new();
         g_autoptr(GVariant) reply = NULL;
         int fd, index;
 
-        if (!bus) {
-                fprintf(stderr, "bus: %s\n", error->message);
+        if (!bus)
                 return 1;
-        }
         if (g_str_equal(kind, "no-fd")) {
                 /* A handle index with no fd attached: what a buggy client sends. */
                 g_clear_object(&fds);
@@ -370,6 +383,97 @@ static int files_walk(const char *dir, const char *name, const char *snapshot) {
         return 0;
 }
 
+/* Sends a call and returns its reply as a message, error replies
+ * included, and its size on the wire; NULL when the bus failed us.  No
+ * timeout: the test's own bounds the wait. */
+static GDBusMessage *call_message(GDBusConnection *bus, const char *path, const char *iface, const char *method,
+                                  GVariant *args, gsize *ret_size) {
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GDBusMessage) call = g_dbus_message_new_method_call(BUS_NAME, path, iface, method);
+        g_autoptr(GDBusMessage) reply = NULL;
+        g_autofree guchar *blob = NULL;
+
+        g_dbus_message_set_body(call, args);
+        reply = g_dbus_connection_send_message_with_reply_sync(bus, call, G_DBUS_SEND_MESSAGE_FLAGS_NONE, G_MAXINT,
+                                                               NULL, NULL, &error);
+        if (reply)
+                blob = g_dbus_message_to_blob(reply, ret_size, G_DBUS_CAPABILITY_FLAGS_UNIX_FD_PASSING, &error);
+        if (!blob) {
+                fprintf(stderr, "%s: %s\n", method, error->message);
+                return NULL;
+        }
+        return g_steal_pointer(&reply);
+}
+
+/* Prints "error NAME MESSAGE" if @reply is an error; says whether it was. */
+static gboolean print_error(GDBusMessage *reply) {
+        GVariant *body = g_dbus_message_get_body(reply);
+        const char *message = "";
+
+        if (g_dbus_message_get_message_type(reply) != G_DBUS_MESSAGE_TYPE_ERROR)
+                return FALSE;
+        if (body && g_variant_is_of_type(body, G_VARIANT_TYPE("(s)")))
+                g_variant_get(body, "(&s)", &message);
+        printf("error %s %s\n", g_dbus_message_get_error_name(reply), message);
+        return TRUE;
+}
+
+static int managed_objects(void) {
+        g_autoptr(GDBusConnection) bus = system_bus();
+        g_autoptr(GDBusMessage) reply = NULL;
+        g_autoptr(GVariant) objects = NULL;
+        gsize size;
+
+        if (!bus)
+                return 1;
+        reply = call_message(bus, MANAGER_PATH, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects", NULL, &size);
+        if (!reply)
+                return 1;
+        if (print_error(reply))
+                return 0;
+        objects = g_variant_get_child_value(g_dbus_message_get_body(reply), 0);
+        printf("ok %zu %zu\n", g_variant_n_children(objects), size);
+        return 0;
+}
+
+static int pages(const char *fs, guint max_count) {
+        g_autoptr(GDBusConnection) bus = system_bus();
+        guint64 next = 0;
+
+        if (!bus)
+                return 1;
+        do {
+                g_autoptr(GDBusMessage) reply = NULL;
+                g_autoptr(GVariant) subvolumes = NULL, properties = NULL;
+                GVariantIter iter;
+                gsize size;
+
+                reply = call_message(bus, fs, "org.subvold.Subvold1.Filesystem", "GetSubvolumes",
+                                     g_variant_new("(tu)", next, max_count), &size);
+                if (!reply)
+                        return 1;
+                if (print_error(reply))
+                        return 0;
+                g_variant_get(g_dbus_message_get_body(reply), "(@a{oa{sv}}t)", &subvolumes, &next);
+                printf("page %zu %zu %" G_GUINT64_FORMAT "\n", size, g_variant_n_children(subvolumes), next);
+                g_variant_iter_init(&iter, subvolumes);
+                while (g_variant_iter_next(&iter, "{&o@a{sv}}", NULL, &properties)) {
+                        guint64 id;
+                        const char *path;
+
+                        if (!g_variant_lookup(properties, "Id", "t", &id) ||
+                            !g_variant_lookup(properties, "Path", "^&ay", &path)) {
+                                fprintf(stderr, "GetSubvolumes: Id or Path missing\n");
+                                return 1;
+                        }
+                        printf("subvolume %" G_GUINT64_FORMAT " ", id);
+                        print_hex(path);
+                        g_clear_pointer(&properties, g_variant_unref);
+                }
+        } while (next != 0);
+        return 0;
+}
+
 int main(int argc, char *argv[]) {
         if (argc >= 2 && g_str_equal(argv[1], "objects"))
                 return list_objects();
@@ -383,6 +487,12 @@ int main(int argc, char *argv[]) {
                 return files_walk(argv[2], argv[3], argv[4]);
         if (argc >= 4 && g_str_equal(argv[1], "files"))
                 return files_call(argv[2], argc - 3, argv + 3);
-        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE | files METHOD ARG... | long-path PREFIX LENGTH\n", argv[0]);
+        if (argc >= 2 && g_str_equal(argv[1], "managed-objects"))
+                return managed_objects();
+        if (argc >= 4 && g_str_equal(argv[1], "pages"))
+                return pages(argv[2], (guint) g_ascii_strtoull(argv[3], NULL, 10));
+        fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE | managed-objects | pages FS COUNT |\n"
+                "       files METHOD ARG... | files-walk DIR NAME SNAPSHOT | long-path PREFIX LENGTH\n",
+                argv[0]);
         return 2;
 }

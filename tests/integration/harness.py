@@ -117,12 +117,13 @@ class TestCase(unittest.TestCase):
 class Btrfs:
     """A btrfs filesystem on its own loop device."""
 
-    def __init__(self, test, name, size="512M", label=None, uuid=None):
+    def __init__(self, test, name, size="512M", label=None, uuid=None, mkfs_args=()):
         self.test = test
         self.image = test.path(name + ".img")
         with open(self.image, "wb") as f:
             f.truncate(_parse_size(size))
-        run("mkfs.btrfs", "-q", *(["-L", label] if label else []), *(["-U", uuid] if uuid else []), self.image)
+        run("mkfs.btrfs", "-q", *(["-L", label] if label else []), *(["-U", uuid] if uuid else []), *mkfs_args,
+            self.image)
         self.device = run("losetup", "--find", "--show", self.image).decode().strip()
         test.stack.callback(run, "losetup", "-d", self.device, check=False)
         self.uuid = run("blkid", "-p", "-o", "value", "-s", "UUID", self.device).decode().strip()
@@ -303,6 +304,7 @@ class Bus:
   <auth>EXTERNAL</auth>
   {policy}
   {f"<servicedir>{servicedir}</servicedir>" if servicedir else ""}
+  {"".join(f'<limit name="{k}">{v}</limit>' for k, v in (limits or {}).items())}
 </busconfig>
 """)
         # The socket lives in a private 0700 directory; others must reach it.

@@ -43,7 +43,23 @@ def parse_metrics(text):
     return samples
 
 
-class ClientsTest(TestCase):
+class DaemonTest(TestCase):
+    """A test with self.bus and self.daemon, which must end cleanly."""
+
+    def tearDown(self):
+        if not self.daemon.stopped:
+            self.daemon.stop()
+        super().tearDown()
+
+    def ctl(self, *args, rc=0, user=None):
+        """Runs subvolctl as @user (default: the bus's ordinary user);
+        returns its stdout and stderr."""
+        p = self.bus.run(SUBVOLCTL, *args, user=user)
+        self.assertEqual(p.returncode, rc, f"subvolctl {args}: {p.stderr.decode(errors='replace')}")
+        return p.stdout.decode(), p.stderr.decode()
+
+
+class ClientsTest(DaemonTest):
     def setUp(self):
         super().setUp()
         self.fs = Btrfs(self, "fs", size="1G", label="data")
@@ -60,16 +76,6 @@ class ClientsTest(TestCase):
         os.sync()
         self.bus = Bus(self)
         self.daemon = Daemon(self, self.bus)
-
-    def tearDown(self):
-        if not self.daemon.stopped:
-            self.daemon.stop()
-        super().tearDown()
-
-    def ctl(self, *args, rc=0):
-        p = self.bus.run(SUBVOLCTL, *args)
-        self.assertEqual(p.returncode, rc, f"subvolctl {args}: {p.stderr.decode(errors='replace')}")
-        return p.stdout.decode(), p.stderr.decode()
 
     def ids(self, *names):
         return {btrfs_rootid(os.path.join(self.mnt, n)) for n in names}
@@ -97,16 +103,17 @@ class ClientsTest(TestCase):
 
         # The table, with exact bytes and with IEC sizes.
         out = self.ctl("--bytes", "list", "--fs", self.fs.uuid)[0].splitlines()
-        self.assertEqual(out[0].split(), ["ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH"])
-        row = next(l.split() for l in out[1:] if l.split()[0] == str(btrfs_rootid(f"{self.mnt}/snap-ro")))
-        self.assertEqual(row[1], "SR")
-        self.assertEqual(int(row[2]), quota[int(row[0])][0])
-        self.assertEqual(row[5], "/snap-ro")
+        self.assertEqual(out[0].split(), ["FILESYSTEM", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH"])
+        row = next(l.split() for l in out[1:] if l.split()[1] == str(btrfs_rootid(f"{self.mnt}/snap-ro")))
+        self.assertEqual(row[0], "data")
+        self.assertEqual(row[2], "SR")
+        self.assertEqual(int(row[3]), quota[int(row[1])][0])
+        self.assertEqual(row[6], "/snap-ro")
         human = self.ctl("list", "--fs", self.fs.uuid)[0].splitlines()
         vol = btrfs_rootid(f"{self.mnt}/vol")
-        row = next(l.split() for l in human[1:] if l.split()[0] == str(vol))
+        row = next(l.split() for l in human[1:] if l.split()[1] == str(vol))
         # Sizes as `df -h` gives them: rounded up, one decimal below 10.
-        self.assertEqual(row[2], run("numfmt", "--to=iec", "--round=up", str(quota[vol][0])).decode().strip())
+        self.assertEqual(row[3], run("numfmt", "--to=iec", "--round=up", str(quota[vol][0])).decode().strip())
 
     def test_df(self):
         st = os.statvfs(self.mnt)
@@ -273,6 +280,38 @@ class ClientsTest(TestCase):
         out = self.bus.run(FILE_MANAGER, f"{self.mnt}/snap-ro/file", check=True).stdout.decode()
         self.assertIn("snapshot yes", out)
         self.assertNotIn("snapshot-of-it", out)
+
+
+class FilesystemColumnTest(DaemonTest):
+    """subvolctl list over several filesystems says which one each row is
+    on: the label, or the short UUID where there is none or two filesystems
+    share it."""
+
+    def setUp(self):
+        super().setUp()
+        self.filesystems = {name: Btrfs(self, name, size="256M", label=label) for name, label in
+                            [("labelled", "my data"), ("plain", None), ("twin1", "twin"), ("twin2", "twin")]}
+        self.vol = {}
+        for name, fs in self.filesystems.items():
+            mnt = fs.mount(self.path(name))
+            subvolume_create(f"{mnt}/vol")
+            self.vol[name] = btrfs_rootid(f"{mnt}/vol")
+        self.bus = Bus(self)
+        self.daemon = Daemon(self, self.bus)
+
+    def test_filesystem_column(self):
+        fss = self.filesystems
+        shown = {"labelled": "my\\x20data", "plain": fss["plain"].uuid[:8],
+                 "twin1": fss["twin1"].uuid[:8], "twin2": fss["twin2"].uuid[:8]}
+        lines = self.ctl("list")[0].splitlines()
+        self.assertEqual(lines[0].split()[:2], ["FILESYSTEM", "ID"])
+        self.assertEqual({(l.split()[0], int(l.split()[1]), l.split()[-1]) for l in lines[1:]},
+                         {(shown[n], i, p) for n in fss for i, p in [(5, "/"), (self.vol[n], "/vol")]})
+        self.assertEqual(len({len(re.match(r"\S+\s+", l)[0]) for l in lines}), 1, "columns must line up")
+
+        rows = json.loads(self.ctl("--json", "list")[0])
+        self.assertEqual({(r["filesystem"], r["id"], r["path"]) for r in rows},
+                         {(fs.uuid, i, p) for n, fs in fss.items() for i, p in [(5, "/"), (self.vol[n], "/vol")]})
 
 
 if __name__ == "__main__":
