@@ -114,17 +114,21 @@ class AccessTest(TestCase):
             self.assertTrue(all(p in out.decode() for p in props))
         self.bus.managed_objects(user=user)
 
-    def test_readme_drop_in_keeps_objects_from_users(self):
+    def test_readme_drop_in_keeps_everything_from_users(self):
         self.start(local_policy=readme_drop_in())
         get_managed_objects = (MANAGER_PATH, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects")
         self.assertEqual(self.bus.error_name(*get_managed_objects), ACCESS_DENIED)
+        self.assertEqual(self.bus.error_name(self.fs.object_path, FS_IFACE, "GetSubvolumes", "uint64 0", "uint32 9"),
+                         ACCESS_DENIED)
+        self.assertNotEqual(self.bus.busctl("get-property", BUS_NAME, self.vol, SUBVOLUME_IFACE, "DisplayPath",
+                                            check=False)[0], 0)
+        # Root keeps everything.
         self.assertIn(self.vol, self.bus.managed_objects(user=ROOT))
-        # Only the ObjectManager is closed: the rest still works for users.
-        self.assertEqual(self.bus.get(self.vol, SUBVOLUME_IFACE, "DisplayPath"), "/vol")
+        self.assertEqual(self.bus.get(self.vol, SUBVOLUME_IFACE, "DisplayPath", user=ROOT), "/vol")
         # subvolctl says so, and exits 1: subvold (here the bus) refused.
         p = self.bus.run(SUBVOLCTL, "list")
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("GetManagedObjects", p.stderr.decode())
+        self.assertIn("Rejected send message", p.stderr.decode())
         self.assertEqual(self.bus.run(SUBVOLCTL, "list", user=ROOT).returncode, 0)
 
 
