@@ -5,10 +5,15 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <linux/fs.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <systemd/sd-bus.h>
 
 #include "bus-util.h"
+#include "model.h"
 #include "mounts.h"
 #include "util.h"
 
@@ -1026,6 +1031,452 @@ static int cmd_metrics(sd_bus *bus, int argc, char **argv) {
         return EXIT_OK;
 }
 
+/* ---- previous versions, deleted files, identity ---- */
+
+#define FILES_IFACE "org.subvold.Subvold1.Files"
+
+static bool arg_all = false, arg_force = false;
+static const char *arg_from = NULL, *arg_to = NULL;
+
+/* A time as versions prints it, local time to the second. */
+static const char *format_time(uint64_t usec, char buf[static 32]) {
+        time_t t = (time_t) (usec / 1000000);
+        struct tm tm;
+
+        if (usec == 0 || !localtime_r(&t, &tm) || strftime(buf, 32, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+                return "-";
+        return buf;
+}
+
+/* Terminal-safe: what subvold's DisplayPath does to a name. */
+static void print_escaped(const char *s, int width) {
+        _cleanup_free_ char *e = display_escape(s);
+
+        printf("%-*s", width, e ? e : "?");
+}
+
+static int open_file(const char *path, int flags, int *ret) {
+        int fd = open(path, flags | O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+        if (fd < 0) {
+                fprintf(stderr, "Cannot open %s: %s\n", path, strerror(errno));
+                return EXIT_FAILED;
+        }
+        *ret = fd;
+        return 0;
+}
+
+/* One entry of ListFileVersions or ListDeletedFiles. */
+typedef struct Entry {
+        char *snapshot, *name;  /* name: Path or Name, without its NUL */
+        char *type, *match;
+        uint64_t snapshot_time, inode, size, mtime, ctime;
+        int same;
+} Entry;
+
+static void entries_free(Entry *e, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(e[i].snapshot), free(e[i].name), free(e[i].type), free(e[i].match);
+        free(e);
+}
+
+static int read_entry(sd_bus_message *m, Entry *e) {
+        int r;
+
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key, *contents;
+                char type;
+
+                r = sd_bus_message_read(m, "s", &key);
+                if (r >= 0)
+                        r = sd_bus_message_peek_type(m, &type, &contents);
+                if (r < 0)
+                        return r;
+                if (streq(contents, "ay") && (streq(key, "Path") || streq(key, "Name"))) {
+                        const void *p;
+                        size_t len;
+
+                        r = sd_bus_message_enter_container(m, 'v', "ay");
+                        if (r >= 0)
+                                r = sd_bus_message_read_array(m, 'y', &p, &len);
+                        /* A bytestring: its NUL is not part of the name. */
+                        if (r >= 0 && !(e->name = strndup(p, len > 0 ? len - 1 : 0)))
+                                r = -ENOMEM;
+                        if (r >= 0)
+                                r = sd_bus_message_exit_container(m);
+                } else if (streq(key, "Snapshot"))
+                        r = sd_bus_message_enter_container(m, 'v', "o") >= 0 ? read_string(m, &e->snapshot) : -EBADMSG;
+                else if (streq(key, "Type") || streq(key, "Match")) {
+                        r = sd_bus_message_enter_container(m, 'v', "s");
+                        if (r >= 0)
+                                r = read_string(m, streq(key, "Type") ? &e->type : &e->match);
+                } else if (streq(key, "SameAsCurrent"))
+                        r = sd_bus_message_read(m, "v", "b", &e->same);
+                else {
+                        uint64_t *v = streq(key, "SnapshotTime") ? &e->snapshot_time : streq(key, "Inode") ? &e->inode :
+                                      streq(key, "Size") ? &e->size : streq(key, "ModificationTime") ? &e->mtime :
+                                      streq(key, "ChangeTime") ? &e->ctime : NULL;
+                        r = v ? sd_bus_message_read(m, "v", "t", v) : sd_bus_message_skip(m, "v");
+                }
+                if (r >= 0 && (streq(key, "Snapshot") || streq(key, "Type") || streq(key, "Match")))
+                        r = sd_bus_message_exit_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        return r;
+}
+
+/* Calls a Files method that answers aa{sv}. */
+static int list_entries(sd_bus *bus, const char *method, int fd, Entry **ret, size_t *ret_n) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *call = NULL, *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        Entry *e = NULL;
+        size_t n = 0, allocated = 0;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &call, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, FILES_IFACE, method);
+        if (r >= 0)
+                r = sd_bus_message_append(call, "h", fd);
+        if (r >= 0 && streq(method, "ListFileVersions"))
+                r = arg_all ? sd_bus_message_append(call, "a{sv}", 1, "All", "b", 1) :
+                              sd_bus_message_append(call, "a{sv}", 0);
+        if (r < 0)
+                return parse_failed(r);
+        r = sd_bus_call(bus, call, 0, &error, &reply);
+        if (r < 0) {
+                r = log_bus_error(&error, r);
+                sd_bus_error_free(&error);
+                return -r;
+        }
+        r = sd_bus_message_enter_container(reply, 'a', "a{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'a', "{sv}")) > 0) {
+                if (grow_array(&e, &allocated, n + 1, sizeof(Entry)) < 0) {
+                        r = -ENOMEM;
+                        break;
+                }
+                e[n] = (Entry) {};
+                r = read_entry(reply, &e[n++]);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(reply);
+        }
+        if (r < 0) {
+                entries_free(e, n);
+                return parse_failed(r);
+        }
+        *ret = e;
+        *ret_n = n;
+        return 0;
+}
+
+/* The DisplayPath of a Subvolume object, or its object path. */
+static char *snapshot_display(sd_bus *bus, const char *object) {
+        char *s = NULL;
+
+        if (sd_bus_get_property_string(bus, SUBVOLD_BUS_NAME, object, SUBVOLD_IFACE_SUBVOLUME, "DisplayPath", NULL,
+                                       &s) < 0)
+                return strdup(object);
+        return s;
+}
+
+static void json_entry(sd_bus *bus, const Entry *e, bool version, bool comma) {
+        _cleanup_free_ char *where = snapshot_display(bus, e->snapshot);
+
+        printf("{\"snapshot\":");
+        json_string(stdout, e->snapshot);
+        printf(",\"snapshot_path\":");
+        json_string(stdout, where);
+        printf(",\"snapshot_time\":%" PRIu64 ",\"%s\":", e->snapshot_time, version ? "path" : "name");
+        json_string(stdout, e->name);
+        if (version) {
+                printf(",\"match\":");
+                json_string(stdout, e->match);
+                printf(",\"inode\":%" PRIu64 ",\"change_time\":%" PRIu64 ",\"same_as_current\":%s", e->inode, e->ctime,
+                       e->same ? "true" : "false");
+        } else {
+                printf(",\"type\":");
+                json_string(stdout, e->type);
+        }
+        printf(",\"size\":%" PRIu64 ",\"modification_time\":%" PRIu64 "}%s\n", e->size, e->mtime, comma ? "," : "");
+}
+
+static int cmd_versions(sd_bus *bus, int argc, char **argv) {
+        _cleanup_close_ int fd = -1;
+        Entry *e = NULL;
+        size_t n = 0;
+        int r;
+
+        if (argc != 1) {
+                fprintf(stderr, "versions takes one FILE.\n");
+                return EXIT_USAGE;
+        }
+        r = open_file(argv[0], 0, &fd);
+        if (r == 0)
+                r = -list_entries(bus, "ListFileVersions", fd, &e, &n);
+        if (r != 0)
+                return r;
+        if (arg_json)
+                printf("[\n");
+        else if (n == 0)
+                printf("No earlier versions in the snapshots.\n");
+        else
+                printf("%-19s  %6s  %-19s  %-5s  %-7s  %s\n", "SNAPSHOT TIME", "SIZE", "MODIFIED", "MATCH", "CURRENT",
+                       "SNAPSHOT");
+        for (size_t i = 0; i < n; i++) {
+                char t1[32], t2[32], size[32];
+                _cleanup_free_ char *where = NULL;
+
+                if (arg_json) {
+                        json_entry(bus, &e[i], true, i + 1 < n);
+                        continue;
+                }
+                where = snapshot_display(bus, e[i].snapshot);
+                printf("%-19s  %6s  %-19s  %-5s  %-7s  ", format_time(e[i].snapshot_time, t1),
+                       format_size(e[i].size, size), format_time(e[i].mtime, t2), e[i].match ? e[i].match : "-",
+                       e[i].same ? "*" : "");
+                print_escaped(where, 0);
+                putchar('\n');
+        }
+        if (arg_json)
+                printf("]\n");
+        entries_free(e, n);
+        return EXIT_OK;
+}
+
+static int cmd_deleted(sd_bus *bus, int argc, char **argv) {
+        _cleanup_close_ int fd = -1;
+        Entry *e = NULL;
+        size_t n = 0;
+        int r;
+
+        if (argc != 1) {
+                fprintf(stderr, "deleted takes one DIR.\n");
+                return EXIT_USAGE;
+        }
+        r = open_file(argv[0], O_DIRECTORY, &fd);
+        if (r == 0)
+                r = -list_entries(bus, "ListDeletedFiles", fd, &e, &n);
+        if (r != 0)
+                return r;
+        if (arg_json)
+                printf("[\n");
+        else if (n == 0)
+                printf("The snapshots hold nothing that this directory lost.\n");
+        else
+                printf("%-24s  %-9s  %6s  %-19s  %-19s  %s\n", "NAME", "TYPE", "SIZE", "MODIFIED", "SNAPSHOT TIME",
+                       "SNAPSHOT");
+        for (size_t i = 0; i < n; i++) {
+                char t1[32], t2[32], size[32];
+                _cleanup_free_ char *where = NULL;
+
+                if (arg_json) {
+                        json_entry(bus, &e[i], false, i + 1 < n);
+                        continue;
+                }
+                where = snapshot_display(bus, e[i].snapshot);
+                print_escaped(e[i].name, 24);
+                printf("  %-9s  %6s  %-19s  %-19s  ", e[i].type ? e[i].type : "-", format_size(e[i].size, size),
+                       format_time(e[i].mtime, t1), format_time(e[i].snapshot_time, t2));
+                print_escaped(where, 0);
+                putchar('\n');
+        }
+        if (arg_json)
+                printf("]\n");
+        entries_free(e, n);
+        return EXIT_OK;
+}
+
+/* The snapshot --from names: an object path, a path in a snapshot, or a
+ * time as versions/deleted print it, looked up among @e. */
+static int resolve_snapshot(sd_bus *bus, const char *spec, const Entry *e, size_t n, char **ret) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_close_ int fd = -1;
+        const char *object;
+        int r;
+
+        if (strncmp(spec, SUBVOLD_MANAGER_PATH "/", strlen(SUBVOLD_MANAGER_PATH "/")) == 0)
+                return (*ret = strdup(spec)) ? 0 : EXIT_FAILED;
+        for (size_t i = 0; i < n; i++) {
+                char t[32];
+                if (streq(format_time(e[i].snapshot_time, t), spec))
+                        return (*ret = strdup(e[i].snapshot)) ? 0 : EXIT_FAILED;
+        }
+        fd = open(spec, O_PATH | O_CLOEXEC);
+        if (fd < 0) {
+                fprintf(stderr, "No snapshot \"%s\": neither an object path, a time that versions printed, nor a "
+                                "path.\n", spec);
+                return EXIT_NOT_FOUND;
+        }
+        r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, SUBVOLD_IFACE_MANAGER, "GetSubvolumeByFd",
+                               &error, &reply, "h", fd);
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "o", &object);
+        if (r < 0) {
+                r = log_bus_error(&error, r);
+                sd_bus_error_free(&error);
+                return r;
+        }
+        return (*ret = strdup(object)) ? 0 : EXIT_FAILED;
+}
+
+/* Copies @src to @dst: a reflink where the filesystem can (the version's
+ * extents are shared, nothing is written), a copy otherwise. */
+static int copy_data(int src, int dst, bool *ret_reflink) {
+        if (ioctl(dst, FICLONE, src) >= 0) {
+                *ret_reflink = true;
+                return 0;
+        }
+        *ret_reflink = false;
+        for (;;) {
+                ssize_t k = copy_file_range(src, NULL, dst, NULL, 1 << 30, 0);
+                if (k < 0)
+                        return -errno;
+                if (k == 0)
+                        return 0;
+        }
+}
+
+static int cmd_restore(sd_bus *bus, int argc, char **argv) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *call = NULL, *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_free_ char *dir = NULL, *snapshot = NULL, *dest = NULL, *tmp = NULL;
+        _cleanup_close_ int file = -1, parent = -1, version = -1, out = -1;
+        const char *name, *method;
+        Entry *e = NULL;
+        size_t n = 0;
+        struct stat st;
+        bool reflink, deleted;
+        char stamp[32];
+        time_t t = 0;
+        struct tm tm;
+        int r, fd;
+
+        if (argc != 1 || !arg_from) {
+                fprintf(stderr, "restore takes one FILE (or DIR/NAME of a deleted file) and --from SNAPSHOT.\n");
+                return EXIT_USAGE;
+        }
+        dir = strdup(argv[0]);
+        if (!dir)
+                return EXIT_FAILED;
+        name = path_last_component(argv[0]);
+        *(char *) path_last_component(dir) = 0;
+        /* A file that is there now: its version; one that is gone: a
+         * deleted file of its directory. */
+        file = open(argv[0], O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        deleted = file < 0 && errno == ENOENT;
+        if (file < 0 && !deleted)
+                return open_file(argv[0], 0, &file);
+        r = open_file(*dir ? dir : ".", O_DIRECTORY, &parent);
+        if (r != 0)
+                return r;
+        r = -list_entries(bus, deleted ? "ListDeletedFiles" : "ListFileVersions", deleted ? parent : file, &e, &n);
+        if (r == 0)
+                r = resolve_snapshot(bus, arg_from, e, n, &snapshot);
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (streq(e[i].snapshot, snapshot) && (!deleted || streq(e[i].name, name)))
+                        t = (time_t) (e[i].snapshot_time / 1000000);
+        entries_free(e, n);
+        if (r != 0)
+                return r;
+        method = deleted ? "OpenDeletedFile" : "OpenFileVersion";
+        r = sd_bus_message_new_method_call(bus, &call, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, FILES_IFACE, method);
+        if (r >= 0)
+                r = sd_bus_message_append(call, "h", deleted ? parent : file);
+        if (r >= 0 && deleted)
+                r = sd_bus_message_append_array(call, 'y', name, strlen(name) + 1);
+        if (r >= 0)
+                r = sd_bus_message_append(call, "o", snapshot);
+        if (r >= 0)
+                r = sd_bus_call(bus, call, 0, &error, &reply);
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "h", &fd);
+        if (r < 0) {
+                r = log_bus_error(&error, r);
+                sd_bus_error_free(&error);
+                return r;
+        }
+        version = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (version < 0 || fstat(version, &st) < 0 || !S_ISREG(st.st_mode)) {
+                fprintf(stderr, "Only regular files can be restored.\n");
+                return EXIT_FAILED;
+        }
+        /* Next to the file, named with the snapshot's date. */
+        if (arg_to)
+                dest = strdup(arg_to);
+        else if (localtime_r(&(time_t) { t }, &tm) && strftime(stamp, sizeof stamp, "%Y-%m-%d_%H-%M-%S", &tm))
+                r = asprintf(&dest, "%s.%s", argv[0], stamp);
+        if (r < 0 || !dest)
+                return EXIT_FAILED;
+        /* Never over an existing file without --force; with it, replaced
+         * whole, not rewritten in place. */
+        if (!arg_force)
+                out = open(dest, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, st.st_mode & 07777);
+        else if (asprintf(&tmp, "%s.XXXXXX", dest) >= 0)
+                out = mkostemp(tmp, O_CLOEXEC);
+        if (out < 0) {
+                fprintf(stderr, errno == EEXIST ? "%s exists; --force replaces it.\n" : "Cannot create %s: %m\n", dest);
+                return EXIT_FAILED;
+        }
+        r = copy_data(version, out, &reflink);
+        if (r >= 0 && (fchmod(out, st.st_mode & 07777) < 0 ||
+                       futimens(out, (struct timespec[]) { st.st_atim, st.st_mtim }) < 0))
+                r = -errno;
+        if (r >= 0 && tmp && rename(tmp, dest) < 0)
+                r = -errno;
+        if (r < 0) {
+                (void) unlink(tmp ?: dest);
+                fprintf(stderr, "Cannot write %s: %s\n", dest, strerror(-r));
+                return EXIT_FAILED;
+        }
+        printf("Restored %s as %s (%s).\n", argv[0], dest, reflink ? "a reflink: no data copied" : "copied");
+        return EXIT_OK;
+}
+
+static int cmd_identity(sd_bus *bus, int argc, char **argv) {
+        _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_close_ int a = -1, b = -1;
+        const char *relation;
+        int r;
+
+        if (argc < 1 || argc > 2) {
+                fprintf(stderr, "identity takes FILE [FILE2].\n");
+                return EXIT_USAGE;
+        }
+        r = open_file(argv[0], 0, &a);
+        if (r == 0 && argc == 2)
+                r = open_file(argv[1], 0, &b);
+        if (r != 0)
+                return r;
+        if (argc == 2) {
+                r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, FILES_IFACE, "CompareFiles", &error,
+                                       &reply, "hh", a, b);
+                if (r >= 0)
+                        r = sd_bus_message_read(reply, "s", &relation);
+                if (r < 0) {
+                        r = log_bus_error(&error, r);
+                        sd_bus_error_free(&error);
+                        return r;
+                }
+                if (arg_json)
+                        printf("{\"relation\":\"%s\"}\n", relation);
+                else
+                        printf("%s\n", relation);
+                /* For scripts: 0 the same file, 10 copies of one file. */
+                return streq(relation, "same") ? EXIT_OK : streq(relation, "same-lineage") ? 10 : EXIT_FAILED;
+        }
+        r = sd_bus_call_method(bus, SUBVOLD_BUS_NAME, SUBVOLD_MANAGER_PATH, FILES_IFACE, "GetFileIdentity", &error,
+                               &reply, "h", a);
+        if (r < 0) {
+                r = log_bus_error(&error, r);
+                sd_bus_error_free(&error);
+                return r;
+        }
+        return print_properties(reply) < 0 ? EXIT_FAILED : EXIT_OK;
+}
+
 static void help(void) {
         printf("Usage: %s [OPTIONS] COMMAND ...\n\n"
                "Shows what subvold knows of btrfs subvolumes.\n\n"
@@ -1035,7 +1486,15 @@ static void help(void) {
                "  df [PATH...]           Size, use and inodes of the subvolumes holding PATHs, or all\n"
                "  show PATH|OBJECT       Every property of one subvolume\n"
                "  monitor                Print changes as subvold signals them\n"
-               "  metrics                Prometheus text exposition of every figure\n\n"
+               "  metrics                Prometheus text exposition of every figure\n"
+               "  versions FILE [--all]  Earlier versions of FILE in its snapshots\n"
+               "  deleted DIR            Files the snapshots hold that DIR no longer has\n"
+               "  restore FILE --from SNAPSHOT [--to DEST] [--force]\n"
+               "                         Write FILE's version in SNAPSHOT (object path, snapshot\n"
+               "                         path, or a time as versions prints it) as a new file, by\n"
+               "                         reflink where possible; FILE may be DIR/NAME of a deleted file\n"
+               "  identity FILE [FILE2]  FILE's identity keys; with FILE2 whether they are the same\n"
+               "                         file (exit 0), copies of one file (10) or different (1)\n\n"
                "Options:\n"
                "  -h --help              Show this help\n"
                "     --version           Show the version\n"
@@ -1048,7 +1507,8 @@ static void help(void) {
 }
 
 int main(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_ADDRESS, ARG_JSON, ARG_BYTES, ARG_SNAPSHOTS, ARG_NO_SNAPSHOTS, ARG_FS };
+        enum { ARG_VERSION = 0x100, ARG_ADDRESS, ARG_JSON, ARG_BYTES, ARG_SNAPSHOTS, ARG_NO_SNAPSHOTS, ARG_FS, ARG_ALL,
+               ARG_FROM, ARG_TO, ARG_FORCE };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -1058,11 +1518,16 @@ int main(int argc, char *argv[]) {
                 { "snapshots", no_argument, NULL, ARG_SNAPSHOTS },
                 { "no-snapshots", no_argument, NULL, ARG_NO_SNAPSHOTS },
                 { "fs", required_argument, NULL, ARG_FS },
+                { "all", no_argument, NULL, ARG_ALL },
+                { "from", required_argument, NULL, ARG_FROM },
+                { "to", required_argument, NULL, ARG_TO },
+                { "force", no_argument, NULL, ARG_FORCE },
                 {}
         };
         static const struct { const char *name; int (*run)(sd_bus *, int, char **); } commands[] = {
                 { "list", cmd_list }, { "df", cmd_df }, { "show", cmd_show },
-                { "monitor", cmd_monitor }, { "metrics", cmd_metrics },
+                { "monitor", cmd_monitor }, { "metrics", cmd_metrics }, { "versions", cmd_versions },
+                { "deleted", cmd_deleted }, { "restore", cmd_restore }, { "identity", cmd_identity },
         };
         sd_bus *bus = NULL;
         int c, r;
@@ -1092,6 +1557,18 @@ int main(int argc, char *argv[]) {
                         break;
                 case ARG_FS:
                         arg_fs = optarg;
+                        break;
+                case ARG_ALL:
+                        arg_all = true;
+                        break;
+                case ARG_FROM:
+                        arg_from = optarg;
+                        break;
+                case ARG_TO:
+                        arg_to = optarg;
+                        break;
+                case ARG_FORCE:
+                        arg_force = true;
                         break;
                 default:
                         return EXIT_USAGE;

@@ -25,6 +25,37 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (file, text to find (exactly once), replacement, tests that must
 # fail[, "sanitize": run them on an ASan+UBSan build with leak checking])
 MUTATIONS = {
+    "versions-opened-as-root": (
+        "daemon/as-caller.c",
+        "        if (!set_fsgid(caller->gid) || syscall(SYS_setgroups, caller->n_groups, caller->groups) < 0 ||\n"
+        "            !set_fsuid(caller->uid)) {",
+        "        if (false) {",
+        ["test_files"]),
+    "versions-not-collapsed": (
+        "daemon/versions.c",
+        "(!all && n > 0 && same_version(&v[n - 1].inode, &f.inode))",
+        "(false && n > 0 && same_version(&v[n - 1].inode, &f.inode))",
+        ["test_files"]),
+    "version-mounts-writable": (
+        "daemon/versions.c",
+        "                .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID",
+        "                .attr_set = MOUNT_ATTR_NOSUID",
+        ["test_files"]),
+    "o-path-fds-accepted": (
+        "daemon/bus-files.c",
+        "if (flags < 0 || (flags & O_PATH) || (flags & O_ACCMODE) == O_WRONLY)",
+        "if (flags < 0 || (flags & O_ACCMODE) == O_WRONLY)",
+        ["test_files"]),
+    "path-match-takes-any-type": (
+        "daemon/versions.c",
+        "        if (e.type != (dir ? BTRFS_FT_DIR : BTRFS_FT_REG_FILE))\n                return -ENOENT;",
+        "",
+        ["test_files"]),
+    "restore-overwrites": (
+        "daemon/subvolctl.c",
+        "O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC",
+        "O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC",
+        ["test_files"]),
     "listmount-never-called": (
         "daemon/mounts.c",
         "        r = mount_table_read_listmount(ret);",

@@ -16,6 +16,7 @@ from harness import (GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, ROOT, Btrfs, Bus
                      snapshot, subvolume_create)
 
 ERR = "org.subvold.Subvold1.Error."
+SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 
 
 class FilesTest(TestCase):
@@ -327,6 +328,72 @@ class FilesTest(TestCase):
         self.start()
         out = self.bus.run(GDBUS_CLIENT, "files-walk", f"{home}/a", "b", s1, user=self.user, check=True)
         self.assertEqual(out.stdout.decode().split(), ["256", str(btrfs_rootid(f"{self.mnt}/snaps/s1")), "ro"])
+
+
+    def ctl(self, *args, rc=0, user=None):
+        p = self.bus.run(SUBVOLCTL, *args, user=user or self.user)
+        self.assertEqual(p.returncode, rc, f"subvolctl {args}: {p.stderr.decode(errors='replace')}")
+        return p.stdout.decode()
+
+    def test_subvolctl_versions_deleted_identity_restore(self):
+        """subvolctl as the user: versions and deleted as tables and JSON,
+        identity's exit codes, restore by reflink that never overwrites."""
+        home = f"{self.mnt}/home"
+        os.chmod(home, 0o777)
+        data = os.urandom(1 << 20)
+        self.write(f"{home}/big", data, mode=0o640, owner=self.user)
+        os.utime(f"{home}/big", (1_000_000_000, 1_000_000_000))
+        self.write(f"{home}/gone", b"gone", owner=self.user)
+        s1 = self.snap()
+        self.write(f"{home}/big", b"changed", mode=0o640, owner=self.user)
+        os.unlink(f"{home}/gone")
+        self.start()
+        rows = json.loads(self.ctl("--json", "versions", f"{home}/big"))
+        self.assertEqual([(r["snapshot"], r["size"], r["match"], r["path"]) for r in rows],
+                         [(s1, len(data), "inode", "big")])
+        table = self.ctl("versions", f"{home}/big").splitlines()
+        self.assertEqual(table[0].split()[:3], ["SNAPSHOT", "TIME", "SIZE"])
+        self.assertIn("/snaps/s1", table[1])
+        deleted = json.loads(self.ctl("--json", "deleted", home))
+        self.assertEqual([(r["name"], r["type"], r["snapshot"]) for r in deleted], [("gone", "file", s1)])
+        # identity: 0 the same file, 10 copies of one file, 1 different.
+        self.assertEqual(self.bus.run(SUBVOLCTL, "identity", f"{home}/big", f"{home}/big", user=self.user).returncode, 0)
+        self.assertEqual(self.bus.run(SUBVOLCTL, "identity", f"{home}/big", f"{self.mnt}/snaps/s1/big",
+                                      user=self.user).returncode, 10)
+        self.write(f"{home}/other", b"o")
+        self.assertEqual(self.bus.run(SUBVOLCTL, "identity", f"{home}/big", f"{home}/other",
+                                      user=self.user).returncode, 1)
+        self.assertIn("Key=", self.ctl("identity", f"{home}/big"))
+
+        # Restore by the time versions printed: a reflink, mode and times kept.
+        when = table[1][:19]
+        out = self.ctl("restore", f"{home}/big", "--from", when)
+        dest = out.split(" as ")[1].split(" (")[0]
+        self.assertIn("reflink", out)
+        with open(dest, "rb") as f:
+            self.assertEqual(f.read(), data)
+        st = os.stat(dest)
+        self.assertEqual((st.st_mode & 0o7777, st.st_mtime), (0o640, 1_000_000_000))
+        self.assertEqual(st.st_uid, self.user.uid)
+        frag = run("filefrag", "-v", dest).decode()
+        self.assertIn("shared", frag, "the restored file shares the snapshot's extents")
+        # Never over an existing file, unless --force.
+        p = self.bus.run(SUBVOLCTL, "restore", f"{home}/big", "--from", s1, "--to", dest, user=self.user)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("exists", p.stderr.decode())
+        with open(f"{home}/big", "rb") as f:
+            self.assertEqual(f.read(), b"changed")
+        os.truncate(dest, 0)
+        self.assertEqual(self.bus.run(SUBVOLCTL, "restore", f"{home}/big", "--from", s1, "--to", dest,
+                                      user=self.user).returncode, 1)
+        self.assertEqual(os.path.getsize(dest), 0, "restore wrote over an existing file")
+        self.ctl("restore", f"{home}/big", "--from", f"{self.mnt}/snaps/s1", "--to", f"{home}/big", "--force")
+        with open(f"{home}/big", "rb") as f:
+            self.assertEqual(f.read(), data)
+        # A deleted file, by its directory and name.
+        self.ctl("restore", f"{home}/gone", "--from", s1, "--to", f"{home}/back")
+        with open(f"{home}/back", "rb") as f:
+            self.assertEqual(f.read(), b"gone")
 
 
 class FilesError(Exception):
