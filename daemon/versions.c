@@ -70,8 +70,10 @@ static bool same_kind(uint32_t mode, bool dir) {
 }
 
 /* The current file (@cur at @cur_path) in @member: by inode number and
- * generation, else by path. */
-static int find_in_member(int fd, uint64_t member, const BtrfsInode *cur, const char *cur_path, Found *ret) {
+ * generation, else by path.  Without @with_path, an inode match costs one
+ * tree search and leaves ret->path NULL. */
+static int find_in_member(int fd, uint64_t member, const BtrfsInode *cur, const char *cur_path, bool with_path,
+                          Found *ret) {
         bool dir = S_ISDIR(cur->mode);
         BtrfsDirEntry e;
         Found f = {};
@@ -79,7 +81,7 @@ static int find_in_member(int fd, uint64_t member, const BtrfsInode *cur, const 
 
         r = btrfs_read_inode(fd, member, cur->ino, &f.inode);
         if (r >= 0 && f.inode.generation == cur->generation && same_kind(f.inode.mode, dir)) {
-                r = btrfs_inode_path(fd, member, cur->ino, VERSION_PATH_MAX, &f.path);
+                r = with_path ? btrfs_inode_path(fd, member, cur->ino, VERSION_PATH_MAX, &f.path) : 0;
                 if (r >= 0) {
                         f.by_inode = true;
                         *ret = f;
@@ -265,19 +267,32 @@ int versions_list(const VersionsQuery *q, bool all, FileVersion **ret, size_t *r
         r = find_current(q, false, &cur, &cur_path);
         if (r < 0)
                 return r;
+        BtrfsInode last = {};  /* as the tree has the last version listed */
+
         for (size_t i = 0; i < q->n_members; i++) {
                 Found f = {};
 
-                r = find_in_member(q->fs_fd, q->members[i], &cur, cur_path, &f);
+                /* Most members hold a version seen already: one tree search
+                 * tells, and only a new version is looked at further. */
+                r = find_in_member(q->fs_fd, q->members[i], &cur, cur_path, false, &f);
+                if (r >= 0 && !all && n > 0 && same_version(&last, &f.inode))
+                        r = -EEXIST;
+                if (r >= 0 && !f.path) {
+                        found_done(&f);
+                        r = find_in_member(q->fs_fd, q->members[i], &cur, cur_path, true, &f);
+                }
                 if (r == -ENOMEM)
                         goto fail;
-                if (r < 0)
-                        continue;
-                if (!caller_may_open(q, q->members[i], f.path, &f.inode, BTRFS_FT_REG_FILE) ||
-                    (!all && n > 0 && same_version(&v[n - 1].inode, &f.inode))) {
+                if (r < 0) {
                         found_done(&f);
                         continue;
                 }
+                BtrfsInode tree = f.inode;
+                if (!caller_may_open(q, q->members[i], f.path, &f.inode, BTRFS_FT_REG_FILE)) {
+                        found_done(&f);
+                        continue;
+                }
+                last = tree;
                 if (grow_array(&v, &allocated, n + 1, sizeof(FileVersion)) < 0) {
                         found_done(&f);
                         r = -ENOMEM;
@@ -303,7 +318,7 @@ int versions_open(const VersionsQuery *q, uint64_t member, int *ret_fd) {
         r = find_current(q, false, &cur, &cur_path);
         if (r < 0)
                 return r;
-        r = find_in_member(q->fs_fd, member, &cur, cur_path, &f);
+        r = find_in_member(q->fs_fd, member, &cur, cur_path, true, &f);
         if (r < 0)
                 return r;
         fd = open_in_private_mount(q, member, f.path, &f.inode, BTRFS_FT_REG_FILE);
@@ -432,7 +447,7 @@ int versions_deleted(const VersionsQuery *q, DeletedFile **ret, size_t *ret_n) {
                 Found f = {};
                 size_t before = s.n_found;
 
-                r = find_in_member(q->fs_fd, q->members[i], &cur, cur_path, &f);
+                r = find_in_member(q->fs_fd, q->members[i], &cur, cur_path, true, &f);
                 if (r == -ENOMEM)
                         goto fail;
                 if (r < 0)
@@ -470,7 +485,7 @@ int versions_open_deleted(const VersionsQuery *q, const char *name, uint64_t mem
         r = find_current(q, true, &cur, &cur_path);
         if (r < 0)
                 return r;
-        r = find_in_member(q->fs_fd, member, &cur, cur_path, &f);
+        r = find_in_member(q->fs_fd, member, &cur, cur_path, true, &f);
         if (r < 0)
                 return r;
         r = btrfs_dir_lookup(q->fs_fd, member, f.inode.ino, name, strlen(name), &e);

@@ -11,7 +11,7 @@ PACKAGES=(
 	# tests: gdbus, python3 (meson needs it anyway), a systemd container
 	libglib2.0-bin python3 debootstrap systemd-container prometheus-node-exporter fuse3 acl
 	# benchmark
-	hyperfine
+	hyperfine bc
 )
 
 missing=()
