@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <fcntl.h>
-#include <linux/openat2.h>
+#include <limits.h>
 #include <sys/syscall.h>
 
 #include "as-caller.h"
@@ -32,14 +32,43 @@ static void leave(void) {
         }
 }
 
-int as_caller_openat(const Caller *caller, int dirfd, const char *path, int flags) {
-        struct open_how how = {
-                /* openat2() refuses O_NOCTTY with O_PATH. */
-                .flags = (uint64_t) flags | O_NOFOLLOW | O_CLOEXEC | (flags & O_PATH ? 0 : O_NOCTTY),
-                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-        };
-        int fd, r;
+/* Opens @path beneath @dirfd one component at a time, every one with
+ * O_NOFOLLOW: no symbolic link is followed, and "." and ".." are refused,
+ * so the walk cannot leave @dirfd.  (openat2()'s RESOLVE_BENEATH would do
+ * the same in one call, but systemd's RestrictSUIDSGID= filters openat2()
+ * out, with ENOSYS, since it cannot look at its flags.)  Each lookup
+ * checks search permission on the directory it starts from. */
+static int open_beneath(int dirfd, const char *path, int flags) {
+        _cleanup_close_ int cur = -1;
+        const char *p = *path ? path : ".";
 
+        for (;;) {
+                size_t len = strcspn(p, "/");
+                char name[NAME_MAX + 1];
+                int fd;
+
+                if (len == 0 || len > NAME_MAX || (p[len] && (len == 1 && p[0] == '.')) ||
+                    (len == 2 && p[0] == '.' && p[1] == '.'))
+                        return -EINVAL;
+                memcpy(name, p, len);
+                name[len] = 0;
+                if (!p[len]) {  /* the file itself */
+                        fd = openat(cur >= 0 ? cur : dirfd, name, flags);
+                        return fd < 0 ? -errno : fd;
+                }
+                fd = openat(cur >= 0 ? cur : dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0)
+                        return -errno;
+                closep(&cur);
+                cur = fd;
+                p += len + 1;
+        }
+}
+
+int as_caller_openat(const Caller *caller, int dirfd, const char *path, int flags) {
+        int r;
+
+        flags |= O_NOFOLLOW | O_CLOEXEC | (flags & O_PATH ? 0 : O_NOCTTY);
         /* fsgid and groups first: once the fsuid is the caller's, this
          * thread may no longer have the right to change them. */
         if (!set_fsgid(caller->gid) || syscall(SYS_setgroups, caller->n_groups, caller->groups) < 0 ||
@@ -48,8 +77,7 @@ int as_caller_openat(const Caller *caller, int dirfd, const char *path, int flag
                 leave();
                 return log_error_errno(r, "Cannot switch to the caller's credentials: %m");
         }
-        fd = (int) syscall(SYS_openat2, dirfd, *path ? path : ".", &how, sizeof how);
-        r = fd < 0 ? -errno : fd;
+        r = open_beneath(dirfd, path, flags);
         leave();
         return r;
 }

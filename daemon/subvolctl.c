@@ -1322,20 +1322,29 @@ static int resolve_snapshot(sd_bus *bus, const char *spec, const Entry *e, size_
 }
 
 /* Copies @src to @dst: a reflink where the filesystem can (the version's
- * extents are shared, nothing is written), a copy otherwise. */
+ * extents are shared, nothing is written), else copy_file_range() (same
+ * filesystem type), else read and write. */
 static int copy_data(int src, int dst, bool *ret_reflink) {
-        if (ioctl(dst, FICLONE, src) >= 0) {
-                *ret_reflink = true;
+        char buf[64 * 1024];
+        ssize_t k;
+
+        *ret_reflink = ioctl(dst, FICLONE, src) >= 0;
+        if (*ret_reflink)
                 return 0;
-        }
-        *ret_reflink = false;
-        for (;;) {
-                ssize_t k = copy_file_range(src, NULL, dst, NULL, 1 << 30, 0);
-                if (k < 0)
-                        return -errno;
-                if (k == 0)
-                        return 0;
-        }
+        while ((k = copy_file_range(src, NULL, dst, NULL, 1 << 30, 0)) > 0)
+                ;
+        if (k == 0)
+                return 0;
+        if (errno != EXDEV && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
+                return -errno;
+        while ((k = read(src, buf, sizeof buf)) > 0)
+                for (ssize_t done = 0; done < k;) {
+                        ssize_t w = write(dst, buf + done, (size_t) (k - done));
+                        if (w < 0)
+                                return -errno;
+                        done += w;
+                }
+        return k < 0 ? -errno : 0;
 }
 
 static int cmd_restore(sd_bus *bus, int argc, char **argv) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/btrfs_tree.h>
 #include <linux/mount.h>
 #include <sys/stat.h>
@@ -175,15 +176,20 @@ static int open_checked(const VersionsQuery *q, int root, uint64_t member, const
         return fd;
 }
 
-/* Whether the caller may open @path of @member. */
+/* Whether the caller may open @path of @member.  Being refused is an
+ * answer; anything else is worth a line in the log. */
 static bool caller_may_open(const VersionsQuery *q, uint64_t member, const char *path, BtrfsInode *inode,
                             uint8_t type) {
         _cleanup_close_ int root = open_member_root(q->fs_fd, member);
         int fd;
 
-        if (root < 0)
+        if (root < 0) {
+                log_warning_errno(root, "Cannot open the root of subvolume %" PRIu64 ": %m", member);
                 return false;
+        }
         fd = open_checked(q, root, member, path, inode, type);
+        if (fd < 0 && fd != -EACCES && fd != -ENOENT && fd != -EPERM)
+                log_warning_errno(fd, "Cannot open a file of subvolume %" PRIu64 " as the caller: %m", member);
         if (fd < 0)
                 return false;
         close(fd);
