@@ -25,6 +25,41 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (file, text to find (exactly once), replacement, tests that must
 # fail[, "sanitize": run them on an ASan+UBSan build with leak checking])
 MUTATIONS = {
+    "size-bound-undercounts-display-path": (
+        "daemon/bus-objects.c",
+        "string_bound(sv->path, 4) + strv_bound(sv->access_paths)",
+        "string_bound(sv->path, 1) + strv_bound(sv->access_paths)",
+        ["test_scale"]),
+    "get-managed-objects-never-refuses": (
+        "daemon/bus-objects.c",
+        "        if (size > max_message_size)\n                return sd_bus_error_setf(error, SD_BUS_ERROR_LIMITS_EXCEEDED,",
+        "        if (false)\n                return sd_bus_error_setf(error, SD_BUS_ERROR_LIMITS_EXCEEDED,",
+        ["test_scale"]),
+    "pages-never-shortened": (
+        "daemon/bus-objects.c",
+        "(end == i || size + subvolume_bound(&fs->subvolumes[end]) <= max_message_size)",
+        "true",
+        ["test_scale"]),
+    "subvolctl-skips-the-last-page": (
+        "daemon/subvolctl.c",
+        "        } while (next != 0);\n        return 0;",
+        "        } while (next != 0 && false);\n        return 0;",
+        ["test_clients", "test_scale"]),
+    "scan-array-not-bounded": (
+        "daemon/fs-btrfs.c",
+        "if (c && c->may_grow && !c->may_grow(n * sizeof(DataExtent), c->userdata) && n > scan->allocated)",
+        "if (false)",
+        ["test_scan"]),
+    "scanner-keeps-unmounted-filesystems": (
+        "daemon/manager.c",
+        "        if (mounts && m->scanner)\n                scanner_mounts_changed",
+        "        if (false)\n                scanner_mounts_changed",
+        ["test_scan"]),
+    "scanner-trusts-a-reused-mount-id": (
+        "daemon/scanner.c",
+        "if (r >= 0 && memcmp(fsid, job->uuid, 16) != 0) {",
+        "if (false) {",
+        ["test_scan"]),
     "versions-opened-as-root": (
         "daemon/as-caller.c",
         "        if (!set_fsgid(caller->gid) || syscall(SYS_setgroups, caller->n_groups, caller->groups) < 0 ||\n"
