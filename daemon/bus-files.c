@@ -49,6 +49,7 @@ typedef struct FileRef {
 } FileRef;
 
 typedef struct FilesJob {
+        struct FilesJob *next;    /* in the queue or the done list */
         FilesOp op;
         struct BusFiles *owner;
         sd_bus_message *message;  /* the call; touched in the event loop only */
@@ -76,8 +77,8 @@ struct BusFiles {
         pthread_mutex_t lock;
         pthread_cond_t more;
         bool stop;
-        FilesJob **queue, **done;  /* under lock */
-        size_t n_queue, allocated_queue, n_done, allocated_done;
+        /* Under lock; lists, so that handing a job on never fails. */
+        FilesJob *queue, **queue_tail, *done;
         size_t pending;            /* event loop: queued, running or done, not replied to */
 };
 
@@ -168,12 +169,14 @@ static void *worker(void *userdata) {
         for (;;) {
                 FilesJob *j;
 
-                while (!b->stop && b->n_queue == 0)
+                while (!b->stop && !b->queue)
                         pthread_cond_wait(&b->more, &b->lock);
                 if (b->stop)
                         break;
-                j = b->queue[0];
-                memmove(b->queue, b->queue + 1, --b->n_queue * sizeof(FilesJob *));
+                j = b->queue;
+                b->queue = j->next;
+                if (!b->queue)
+                        b->queue_tail = &b->queue;
                 pthread_mutex_unlock(&b->lock);
 
                 j->error = run_job(j);
@@ -183,10 +186,8 @@ static void *worker(void *userdata) {
                         closep(&j->files[i].fd);
 
                 pthread_mutex_lock(&b->lock);
-                if (grow_array(&b->done, &b->allocated_done, b->n_done + 1, sizeof(FilesJob *)) < 0)
-                        j->error = -ENOMEM;  /* cannot happen: room was made when queued */
-                else
-                        b->done[b->n_done++] = j;
+                j->next = b->done;
+                b->done = j;
                 (void) write(b->done_fd, &one, sizeof one);
         }
         pthread_mutex_unlock(&b->lock);
@@ -377,25 +378,22 @@ static int reply(BusFiles *b, FilesJob *j) {
 
 static int on_done(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         BusFiles *b = userdata;
-        FilesJob **done;
-        size_t n;
+        FilesJob *done, *next;
         uint64_t x;
 
         (void) read(fd, &x, sizeof x);
         pthread_mutex_lock(&b->lock);
         done = b->done;
-        n = b->n_done;
         b->done = NULL;
-        b->n_done = b->allocated_done = 0;
         pthread_mutex_unlock(&b->lock);
-        for (size_t i = 0; i < n; i++) {
-                int r = reply(b, done[i]);
+        for (FilesJob *j = done; j; j = next) {
+                int r = reply(b, j);
                 if (r < 0)
                         log_warning_errno(r, "Failed to reply to a Files call: %m");
-                files_job_free(done[i]);
+                next = j->next;
+                files_job_free(j);
                 b->pending--;
         }
-        free(done);
         return 0;
 }
 
@@ -465,15 +463,9 @@ static int cmp_member_age(const void *a, const void *b, void *userdata) {
 /* Hands @j to the worker; the reply comes from on_done(). */
 static void job_queue(BusFiles *b, FilesJob *j) {
         pthread_mutex_lock(&b->lock);
-        if (grow_array(&b->queue, &b->allocated_queue, b->n_queue + 1, sizeof(FilesJob *)) < 0 ||
-            grow_array(&b->done, &b->allocated_done, b->n_done + b->n_queue + 1, sizeof(FilesJob *)) < 0) {
-                pthread_mutex_unlock(&b->lock);
-                (void) sd_bus_reply_method_errorf(j->message, SD_BUS_ERROR_NO_MEMORY, "Out of memory.");
-                files_job_free(j);
-                b->pending--;
-                return;
-        }
-        b->queue[b->n_queue++] = j;
+        j->next = NULL;
+        *b->queue_tail = j;
+        b->queue_tail = &j->next;
         pthread_cond_signal(&b->more);
         pthread_mutex_unlock(&b->lock);
 }
@@ -486,6 +478,10 @@ static int on_credentials(sd_bus_message *reply, void *userdata, sd_bus_error *r
         BusFiles *b = j->owner;
         bool have_uid = false, have_groups = false;
         int r;
+
+        /* The job is ours from here: the slot's destroy callback must not
+         * free it. */
+        (void) sd_bus_slot_set_userdata(sd_bus_get_current_slot(sd_bus_message_get_bus(reply)), NULL);
 
         r = sd_bus_message_is_method_error(reply, NULL) ? -EIO : sd_bus_message_enter_container(reply, 'a', "{sv}");
         while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
@@ -528,8 +524,13 @@ static int on_credentials(sd_bus_message *reply, void *userdata, sd_bus_error *r
         return 0;
 }
 
+static void job_destroy(void *userdata) {
+        files_job_free(userdata);
+}
+
 /* Starts the work on @j: the reply comes later. */
 static int submit(BusFiles *b, sd_bus_message *message, FilesJob *j, sd_bus_error *error) {
+        sd_bus_slot *slot;
         int r;
 
         if (b->pending >= FILES_MAX_PENDING) {
@@ -545,7 +546,7 @@ static int submit(BusFiles *b, sd_bus_message *message, FilesJob *j, sd_bus_erro
                 job_queue(b, j);
                 return 1;
         }
-        r = sd_bus_call_method_async(sd_bus_message_get_bus(message), NULL, "org.freedesktop.DBus",
+        r = sd_bus_call_method_async(sd_bus_message_get_bus(message), &slot, "org.freedesktop.DBus",
                                      "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetConnectionCredentials",
                                      on_credentials, j, "s", sd_bus_message_get_sender(message));
         if (r < 0) {
@@ -553,6 +554,10 @@ static int submit(BusFiles *b, sd_bus_message *message, FilesJob *j, sd_bus_erro
                 b->pending--;
                 return r;
         }
+        /* Unanswered when the bus goes away, the job is freed with the
+         * slot. */
+        (void) sd_bus_slot_set_destroy_callback(slot, job_destroy);
+        (void) sd_bus_slot_set_floating(slot, true);
         return 1;
 }
 
@@ -731,6 +736,7 @@ int bus_files_new(sd_bus *bus, sd_event *event, Model **model, BusFiles **ret) {
         if (!b)
                 return -ENOMEM;
         b->model = model;
+        b->queue_tail = &b->queue;
         pthread_mutex_init(&b->lock, NULL);
         pthread_cond_init(&b->more, NULL);
         b->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -763,12 +769,11 @@ BusFiles *bus_files_free(BusFiles *b) {
                 pthread_mutex_unlock(&b->lock);
                 pthread_join(b->thread, NULL);
         }
-        for (size_t i = 0; i < b->n_queue; i++)
-                files_job_free(b->queue[i]);
-        for (size_t i = 0; i < b->n_done; i++)
-                files_job_free(b->done[i]);
-        free(b->queue);
-        free(b->done);
+        for (FilesJob *lists[] = { b->queue, b->done }, **l = lists; l < lists + 2; l++)
+                for (FilesJob *j = *l, *next; j; j = next) {
+                        next = j->next;
+                        files_job_free(j);
+                }
         sd_event_source_disable_unref(b->done_source);
         closep(&b->done_fd);
         pthread_cond_destroy(&b->more);
