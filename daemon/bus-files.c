@@ -557,7 +557,8 @@ static int submit(BusFiles *b, sd_bus_message *message, FilesJob *j, sd_bus_erro
         /* Unanswered when the bus goes away, the job is freed with the
          * slot. */
         (void) sd_bus_slot_set_destroy_callback(slot, job_destroy);
-        (void) sd_bus_slot_set_floating(slot, true);
+        (void) sd_bus_slot_set_floating(slot, true);  /* takes a reference of its own */
+        sd_bus_slot_unref(slot);
         return 1;
 }
 

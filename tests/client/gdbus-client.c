@@ -209,7 +209,7 @@ static int long_path(const char *prefix, size_t length) {
                 g_string_append(path, "/a");
         reply = g_dbus_connection_call_sync(bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Manager",
                                             "GetSubvolumeByPath", g_variant_new("(s)", path->str), NULL,
-                                            G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, NULL, &error);
+                                            G_DBUS_CALL_FLAGS_NO_AUTO_START, 300 * 1000, NULL, &error);
         return print_reply(reply, error);
 }
 
