@@ -95,6 +95,11 @@ struct Scanner {
         size_t n_results, allocated_results;
         bool busy;
         Job current;             /* while busy: what the worker reads */
+        /* The worker went for the mount of the current job: from then on
+         * it may hold that mount (a clone of it), so a mount change that
+         * takes it away cancels the job.  Before, a mount change leaves
+         * the job alone: worker_open() checks the mount itself. */
+        bool current_opened;
         volatile bool cancel_current;
         uint64_t mount_epoch;    /* moves with every mount change */
         /* The worker's fd on a mount, kept across the jobs of a run
@@ -212,7 +217,8 @@ static void worker_fd_close(Scanner *s) {
 /* Test only: with SUBVOLD_TEST_SCAN_PAUSE_FD naming an inherited fd (a
  * pipe), the worker reads one byte from it before each tree, so that a
  * test can hold a run in its middle; at EOF it stops pausing.  A
- * cancelled job or a stop ends the pause too. */
+ * cancelled job (its filesystem gone) or a stop ends the pause too; a
+ * mount change does not (the job has not gone for its mount yet). */
 static void worker_pause(Scanner *s, const Job *job) {
         char buf[UUID_STRING_MAX];
 
@@ -266,6 +272,7 @@ static int worker_open(Scanner *s, const Job *job, WorkerMount *wm, int *ret_fd)
         int r;
 
         pthread_mutex_lock(&s->lock);
+        s->current_opened = true;
         if (s->worker_fd >= 0 && wm->mount_id == job->mount_id && wm->epoch == s->mount_epoch &&
             memcmp(wm->uuid, job->uuid, 16) == 0) {
                 s->worker_fd_busy = true;
@@ -355,6 +362,7 @@ static void *worker(void *userdata) {
                 if (jobs_empty(s))
                         s->first_job = s->n_jobs = 0;
                 s->busy = true;
+                s->current_opened = false;
                 s->cancel_current = false;
                 pthread_mutex_unlock(&s->lock);
 
@@ -909,7 +917,9 @@ void scanner_mounts_changed(Scanner *s, MountSource source) {
         s->mount_epoch++;
         if (!s->worker_fd_busy)
                 worker_fd_close(s);
-        busy = s->busy;
+        /* A job that has not gone for its mount yet (waiting for a CPU,
+         * or in a test's pause) holds nothing: worker_open() finds out. */
+        busy = s->busy && s->current_opened;
         mount_id = s->current.mount_id;
         major = s->current.dev_major;
         minor = s->current.dev_minor;
@@ -928,7 +938,7 @@ void scanner_mounts_changed(Scanner *s, MountSource source) {
         if (found)
                 return;
         pthread_mutex_lock(&s->lock);
-        if (s->busy && s->current.mount_id == mount_id) {
+        if (s->busy && s->current_opened && s->current.mount_id == mount_id) {
                 s->cancel_current = true;
                 worker_wake(s);
         }
