@@ -9,7 +9,7 @@ PACKAGES=(
 	# run and inspect: busctl, systemd-analyze, a bus, btrfs tools
 	systemd dbus-daemon dbus-bin btrfs-progs util-linux mount
 	# tests: gdbus, python3 (meson needs it anyway), a systemd container
-	libglib2.0-bin python3 debootstrap systemd-container prometheus-node-exporter fuse3 acl
+	libglib2.0-bin python3 pyflakes3 debootstrap systemd-container prometheus-node-exporter fuse3 acl
 	# benchmark
 	hyperfine bc
 )

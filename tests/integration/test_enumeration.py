@@ -7,7 +7,7 @@ subvolume mounted (so some subvolumes are reachable through no mount)."""
 import os
 import subprocess
 
-from harness import (ROOT, FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, Btrfs, Bus, BusError, Daemon,
+from harness import (ROOT, FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, Btrfs, Bus, Daemon,
                      TestCase, btrfs_rootid, btrfs_subvolume_list, btrfs_subvolume_show, bytestring,
                      display_path, main, root_items, run, snapshot, subvolume_create, superblock_generation,
                      wait_for)

@@ -7,7 +7,7 @@ import os
 import subprocess
 
 from harness import (FS_IFACE, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, ROOT, Btrfs, Bus, BusError, Churn, Daemon,
-                     TestCase, User, as_user, btrfs_rootid, btrfs_subvolume_list, main, run, snapshot,
+                     TestCase, btrfs_rootid, btrfs_subvolume_list, main, run, snapshot,
                      subvolume_create, wait_for)
 
 ERR = "org.subvold.Subvold1.Error."

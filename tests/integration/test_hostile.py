@@ -9,13 +9,12 @@ the answers stay right, and everyone else keeps being served."""
 import fcntl
 import json
 import os
-import re
 import subprocess
 import threading
 import time
 import uuid
 
-from harness import (BUS_NAME, FS_IFACE, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, ROOT, SUBVOLUME_IFACE,
+from harness import (FS_IFACE, GDBUS_CLIENT, SUBVOLUME_IFACE,
                      Btrfs, Bus, Daemon, Monitor, TestCase, btrfs_rootid, btrfs_subvolume_list, bytestring,
                      display_path, main, root_items, run, subvolume_create, wait_for)
 

@@ -10,7 +10,6 @@ as an unprivileged user, each a separate implementation (GDBus, sd-bus)."""
 
 import json
 import os
-import subprocess
 import time
 
 from harness import (ROOT, BUS_NAME, FS_IFACE, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, Btrfs, Bus, Daemon, TestCase,
@@ -139,11 +138,11 @@ class HundredThousandTest(BusTestCase):
 
         paths = {5: "/"} | {i: "/" + display_path(s["path"]) for i, s in truth.items()}
         snapshots = {i for i, s in truth.items() if s["parent_uuid"]}
-        rows = json.loads(timed("subvolctl --json list", as_nobody, self.bus, SUBVOLCTL, "--json", "list"))
+        rows = json.loads(timed("subvolctl --json list", as_user, self.bus, SUBVOLCTL, "--json", "list"))
         self.assertEqual({r["id"]: (r["filesystem"], r["path"], r["snapshot"], r["read_only"]) for r in rows},
                          {i: (self.fs.uuid, p, i in snapshots, i in read_only) for i, p in paths.items()})
 
-        samples = parse_metrics(timed("subvolctl metrics", as_nobody, self.bus, SUBVOLCTL, "metrics"))
+        samples = parse_metrics(timed("subvolctl metrics", as_user, self.bus, SUBVOLCTL, "metrics"))
         info = {(int(d["id"]), d["path"], d["snapshot"], d["read_only"])
                 for d in (dict(l) for name, l in samples if name == "subvold_subvolume_info")}
         self.assertEqual(info, {(i, p, str(i in snapshots).lower(), str(i in read_only).lower())
@@ -152,7 +151,7 @@ class HundredThousandTest(BusTestCase):
         size = {dict(l)["uuid"]: v for (name, l), v in samples.items() if name == "subvold_filesystem_size_bytes"}
         self.assertEqual(size, {self.fs.uuid: st.f_blocks * st.f_bsize})
 
-        df = json.loads(timed("subvolctl --json df", as_nobody, self.bus, SUBVOLCTL, "--json", "df"))
+        df = json.loads(timed("subvolctl --json df", as_user, self.bus, SUBVOLCTL, "--json", "df"))
         self.assertEqual({int(r["object"].rsplit("/", 1)[1]): r["path"] for r in df}, paths)
         for r in df:  # no quota limits: the filesystem's figures, and reachable under the mount
             self.assertEqual((r["size"], r["available"]), (st.f_blocks * st.f_bsize, st.f_bavail * st.f_bsize))
