@@ -68,8 +68,8 @@ MUTATIONS = {
         ["test_files"]),
     "versions-not-collapsed": (
         "daemon/versions.c",
-        "(!all && n > 0 && same_version(&v[n - 1].inode, &f.inode))",
-        "(false && n > 0 && same_version(&v[n - 1].inode, &f.inode))",
+        "if (r >= 0 && !all && n > 0 && same_version(&last, &f.inode))",
+        "if (r >= 0 && false && n > 0 && same_version(&last, &f.inode))",
         ["test_files"]),
     "version-mounts-writable": (
         "daemon/versions.c",
@@ -137,14 +137,14 @@ MUTATIONS = {
         ["test_hostile"]),
     "fd-matched-by-fold": (
         "daemon/bus-manager.c",
-        "fs = model_find_filesystem(m->model, id.fsid);",
-        "fs = NULL;\n        for (size_t k = 0; !fs && k < m->model->n_filesystems; k++) {\n"
-        "                const uint8_t *u = m->model->filesystems[k]->uuid;\n"
+        "fs = model_find_filesystem(model, id.fsid);",
+        "fs = NULL;\n        for (size_t k = 0; !fs && k < model->n_filesystems; k++) {\n"
+        "                const uint8_t *u = model->filesystems[k]->uuid;\n"
         "                bool same = true;\n"
         "                for (size_t b = 0; b < 8; b++)\n"
         "                        same = same && (u[b] ^ u[b + 8]) == (id.fsid[b] ^ id.fsid[b + 8]);\n"
         "                if (same)\n"
-        "                        fs = m->model->filesystems[k];\n"
+        "                        fs = model->filesystems[k];\n"
         "        }",
         ["test_hostile"]),
     "one-deep-subvolume-fails-all": (
