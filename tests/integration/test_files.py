@@ -158,11 +158,15 @@ class FilesTest(TestCase):
         home = f"{self.mnt}/home"
         self.write(f"{home}/target", b"t\n")
         os.symlink("target", f"{home}/doc")       # a symlink in the snapshot at the path
+        os.mkdir(f"{home}/notes")                 # a directory there (it opens like a file)
         self.snap()
         os.unlink(f"{home}/doc")
-        self.write(f"{home}/doc", b"now\n")
+        os.rmdir(f"{home}/notes")
+        for name in ("doc", "notes"):
+            self.write(f"{home}/{name}", b"now\n")
         self.start()
         self.assertEqual(self.versions(f"{home}/doc"), [])
+        self.assertEqual(self.versions(f"{home}/notes"), [])
 
     def test_deleted_files(self):
         home = f"{self.mnt}/home"
