@@ -22,11 +22,15 @@ static inline void freep(void *p) {
 }
 #define _cleanup_free_ _cleanup_(freep)
 
+/* Closes *@fd and sets it to -1: a number once closed may be anyone's
+ * (a message's fd in sd-bus, another thread's), so it must not be closed
+ * again. */
 static inline void closep(int *fd) {
         if (*fd >= 0) {
                 int saved = errno;
                 close(*fd);
                 errno = saved;
+                *fd = -1;
         }
 }
 #define _cleanup_close_ _cleanup_(closep)

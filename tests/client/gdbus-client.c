@@ -31,6 +31,12 @@
  *                                  "/a" up to LENGTH bytes (as long as the bus
  *                                  allows: longer than any command line);
  *                                  prints "ok OBJECT" or "error NAME"
+ *   gdbus-client files-flood FILE COUNT DEPTH
+ *                                  GetFileIdentity on FILE, COUNT times, DEPTH
+ *                                  calls in flight at once (each with an fd of
+ *                                  its own): prints "ok COUNT" when every call
+ *                                  succeeded, else "error NAME MESSAGE" for the
+ *                                  first error and how many calls failed
  *   gdbus-client managed-objects   GetManagedObjects; prints "ok OBJECTS BYTES"
  *   gdbus-client pages FS COUNT    GetSubvolumes on FS from 0 until next_id is 0,
  *                                  COUNT a page; per page "page BYTES N NEXT_ID",
@@ -474,6 +480,78 @@ static int pages(const char *fs, guint max_count) {
         return 0;
 }
 
+/* files-flood: calls in flight, answered in any order. */
+typedef struct Flood {
+        GDBusConnection *bus;
+        GMainLoop *loop;
+        const char *file;
+        unsigned left, depth, in_flight, ok, failed;
+        char *first_error;
+} Flood;
+
+static void flood_next(Flood *f);
+
+static void flood_done(GObject *source, GAsyncResult *result, gpointer userdata) {
+        Flood *f = userdata;
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GUnixFDList) out_fds = NULL;
+        g_autoptr(GVariant) reply = g_dbus_connection_call_with_unix_fd_list_finish(f->bus, &out_fds, result,
+                                                                                     &error);
+
+        f->in_flight--;
+        if (reply)
+                f->ok++;
+        else {
+                f->failed++;
+                if (!f->first_error) {
+                        g_autofree char *name = g_dbus_error_get_remote_error(error);
+                        f->first_error = g_strdup_printf("%s %s", name ?: "(local)", error->message);
+                }
+        }
+        flood_next(f);
+}
+
+static void flood_next(Flood *f) {
+        while (f->left > 0 && f->in_flight < f->depth) {
+                g_autoptr(GUnixFDList) fds = g_unix_fd_list_new();
+                int fd = open(f->file, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+
+                if (fd < 0 || g_unix_fd_list_append(fds, fd, NULL) < 0) {
+                        perror(f->file);
+                        exit(1);
+                }
+                close(fd);
+                g_dbus_connection_call_with_unix_fd_list(f->bus, BUS_NAME, MANAGER_PATH, "org.subvold.Subvold1.Files",
+                                                         "GetFileIdentity", g_variant_new("(h)", 0), NULL,
+                                                         G_DBUS_CALL_FLAGS_NO_AUTO_START, -1, fds, NULL,
+                                                         flood_done, f);
+                f->left--;
+                f->in_flight++;
+        }
+        if (f->in_flight == 0)
+                g_main_loop_quit(f->loop);
+}
+
+static int files_flood(const char *file, unsigned count, unsigned depth) {
+        g_autoptr(GError) error = NULL;
+        g_autoptr(GDBusConnection) bus = g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, &error);
+        g_autoptr(GMainLoop) loop = g_main_loop_new(NULL, FALSE);
+        Flood f = { .bus = bus, .loop = loop, .file = file, .left = count, .depth = depth ?: 1 };
+
+        if (!bus) {
+                fprintf(stderr, "bus: %s\n", error->message);
+                return 1;
+        }
+        flood_next(&f);
+        g_main_loop_run(loop);
+        if (f.failed == 0)
+                printf("ok %u\n", f.ok);
+        else
+                printf("error %s (%u of %u calls failed)\n", f.first_error, f.failed, count);
+        g_free(f.first_error);
+        return 0;
+}
+
 int main(int argc, char *argv[]) {
         if (argc >= 2 && g_str_equal(argv[1], "objects"))
                 return list_objects();
@@ -487,12 +565,16 @@ int main(int argc, char *argv[]) {
                 return files_walk(argv[2], argv[3], argv[4]);
         if (argc >= 4 && g_str_equal(argv[1], "files"))
                 return files_call(argv[2], argc - 3, argv + 3);
+        if (argc >= 5 && g_str_equal(argv[1], "files-flood"))
+                return files_flood(argv[2], (unsigned) g_ascii_strtoull(argv[3], NULL, 10),
+                                   (unsigned) g_ascii_strtoull(argv[4], NULL, 10));
         if (argc >= 2 && g_str_equal(argv[1], "managed-objects"))
                 return managed_objects();
         if (argc >= 4 && g_str_equal(argv[1], "pages"))
                 return pages(argv[2], (guint) g_ascii_strtoull(argv[3], NULL, 10));
         fprintf(stderr, "usage: %s objects | by-fd KIND [FILE] | statfs-by-fd FILE | managed-objects | pages FS COUNT |\n"
-                "       files METHOD ARG... | files-walk DIR NAME SNAPSHOT | long-path PREFIX LENGTH\n",
+                "       files METHOD ARG... | files-walk DIR NAME SNAPSHOT | files-flood FILE COUNT DEPTH |\n"
+                "       long-path PREFIX LENGTH\n",
                 argv[0]);
         return 2;
 }
