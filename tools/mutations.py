@@ -277,6 +277,9 @@ def main():
     if unknown:
         parser.error(f"unknown mutation(s): {' '.join(unknown)}")
     scratch = tempfile.mkdtemp(prefix="subvold-mutations-")
+    # mkdtemp makes it 0700: the tests run subvolctl as an ordinary user,
+    # who could then not execute it, and every such test failed ("caught").
+    os.chmod(scratch, 0o755)
     try:
         sh("git", "clone", "-q", REPO, scratch, check=True)
         p = sh("meson", "setup", os.path.join(scratch, "build"), scratch)
