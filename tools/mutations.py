@@ -219,8 +219,9 @@ MUTATIONS = {
         ["test_clients"]),
     "df-rows-twice": (
         "daemon/subvolctl.c",
-        "                        print_df_row(&o.svs[i], &d, o.svs[i].access_path, &first);\n",
-        "                        print_df_row(&o.svs[i], &d, o.svs[i].access_path, &first);\n                        print_df_row(&o.svs[i], &d, o.svs[i].access_path, &first);\n",
+        "                if (calls[i].ok)\n                        print_df_row(&o.svs[i], &calls[i].df, o.svs[i].access_path, &first);\n",
+        "                if (calls[i].ok) {\n                        print_df_row(&o.svs[i], &calls[i].df, o.svs[i].access_path, &first);\n"
+        "                        print_df_row(&o.svs[i], &calls[i].df, o.svs[i].access_path, &first);\n                }\n",
         ["test_clients"]),
     "last-subvolume-unpublished": (
         "daemon/fs-btrfs.c",
