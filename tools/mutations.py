@@ -59,7 +59,7 @@ MUTATIONS = {
         "daemon/scanner.c",
         "if (r >= 0 && memcmp(fsid, job->uuid, 16) != 0) {",
         "if (false) {",
-        ["test_scan"]),
+        ["test_scan_mount_ids"]),
     "versions-opened-as-root": (
         "daemon/as-caller.c",
         "        if (!set_fsgid(caller->gid) || syscall(SYS_setgroups, caller->n_groups, caller->groups) < 0 ||\n"

@@ -352,7 +352,10 @@ def qgroup_show(mountpoint):
 
 # ---------------------------------------------------------------- the tests
 
-class ScanTest(TestCase):
+class ScanTestCase(TestCase):
+    """What the scanner tests share: fresh filesystems, a daemon, and the
+    usage the bus publishes compared with dump-tree's."""
+
     def setUp(self):
         super().setUp()
         self.bus = Bus(self)
@@ -424,6 +427,21 @@ class ScanTest(TestCase):
     def statfs(self, path):
         return {k: v["data"] for k, v in self.bus.call(path, SUBVOLUME_IFACE, "GetStatfs")[0].items()}
 
+    def populate(self, mnt, count, scale=1):
+        """@count subvolumes, each with two small data files (@scale times
+        larger) and an inline one, and every tenth also snapshotted, so
+        that a scan takes a while and extents are shared."""
+        for i in range(count):
+            subvolume_create(f"{mnt}/v{i}")
+            write_random(f"{mnt}/v{i}/a", 4 * KiB * (1 + i % 4) * scale)
+            write_random(f"{mnt}/v{i}/b", 8 * KiB * scale)
+            write_random(f"{mnt}/v{i}/c", 200)
+            if i % 10 == 0:
+                snapshot(f"{mnt}/v{i}", f"{mnt}/s{i}", readonly=True)
+        settle(mnt)
+
+
+class ScanTest(ScanTestCase):
     # ------------------------------------------------------------ fixtures
 
     def test_file_in_subvolume(self):
@@ -919,19 +937,6 @@ class ScanTest(TestCase):
 
     # ------------------------------------------------------------ many subvolumes, changing under the scan
 
-    def populate(self, mnt, count, scale=1):
-        """@count subvolumes, each with two small data files (@scale times
-        larger) and an inline one, and every tenth also snapshotted, so
-        that a scan takes a while and extents are shared."""
-        for i in range(count):
-            subvolume_create(f"{mnt}/v{i}")
-            write_random(f"{mnt}/v{i}/a", 4 * KiB * (1 + i % 4) * scale)
-            write_random(f"{mnt}/v{i}/b", 8 * KiB * scale)
-            write_random(f"{mnt}/v{i}/c", 200)
-            if i % 10 == 0:
-                snapshot(f"{mnt}/v{i}", f"{mnt}/s{i}", readonly=True)
-        settle(mnt)
-
     def test_subvolumes_change_while_scanning(self):
         """Subvolumes deleted and created while the first scan runs (held
         in its middle, and let on a tree at a time meanwhile): in the end
@@ -1056,6 +1061,12 @@ class ScanTest(TestCase):
         wait_for(lambda: not fds_on(daemon.proc.pid, fsids), "no fd on our filesystems between operations",
                  timeout=SCAN_TIMEOUT)
         daemon.stop()  # exit status 0, no sanitizer report
+
+
+class MountIdTest(ScanTestCase):
+    """Needs a mount id back that any mount made on the machine meanwhile
+    takes for as long as it stays (another test's filesystem, for minutes):
+    meson runs it alone, as the test test_scan_mount_ids."""
 
     def test_mount_replaced_while_scanning(self):
         """With --mountinfo (whose mount ids the kernel hands out again at
