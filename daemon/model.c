@@ -450,17 +450,23 @@ StatfsInfo subvolume_statfs(const Subvolume *sv, const StatfsInfo *fs) {
         uint64_t bs = fs->block_size ?: 1;
         uint64_t room = min_u64(room_under(u->referenced_limit, u->referenced),
                                 room_under(u->exclusive_limit, u->exclusive));
+        uint64_t used;
 
-        /* With a referenced limit, the subvolume is a disk of that size. */
-        if (u->referenced_limit != USAGE_UNKNOWN && u->referenced != USAGE_UNKNOWN)
-                st.blocks = u->referenced_limit / bs;
         /* Free and available space never exceed what the limits leave, nor
          * what the filesystem has. */
         if (room != USAGE_UNKNOWN) {
                 st.blocks_free = min_u64(fs->blocks_free, room / bs);
                 st.blocks_available = min_u64(fs->blocks_available, room / bs);
         }
-        /* btrfs allocates inodes dynamically: there is no free count. */
+        /* As ZFS does for a dataset: used is what the subvolume references
+         * and the size is used plus free, so that df's Used is the
+         * subvolume's own, whatever the limits and the rest of the
+         * filesystem hold.  Unknown usage counts as nothing used; source
+         * "none" says so. */
+        used = u->referenced != USAGE_UNKNOWN ? u->referenced / bs + (u->referenced % bs != 0) : 0;
+        st.blocks = used + st.blocks_free;
+        /* btrfs allocates inodes dynamically: there is no free count.  A
+         * subvolume holds at least its root directory, so 0 says unknown. */
         st.files = u->inodes != USAGE_UNKNOWN ? u->inodes : 0;
         st.files_free = 0;
         return st;

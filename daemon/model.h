@@ -172,9 +172,9 @@ char *path_normalize(const char *path);
 /* Returns the name of the path's last component ("/" for "/"). */
 const char *path_last_component(const char *path);
 
-/* statfs() for one subvolume, as df should show it: the filesystem's
- * figures, narrowed by the subvolume's quota limits (see the XML for the
- * rules). */
+/* statfs() for one subvolume, as df should show it, with ZFS's meaning:
+ * used is what the subvolume references, free what the filesystem and the
+ * subvolume's limits leave, size the two together (see the XML). */
 StatfsInfo subvolume_statfs(const Subvolume *sv, const StatfsInfo *fs);
 
 const char *usage_source_to_string(UsageSource s);

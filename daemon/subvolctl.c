@@ -33,11 +33,14 @@ static const char *arg_address = NULL;
 static bool arg_json = false, arg_bytes = false;
 static int arg_snapshots = -1;  /* -1: all, 1: only snapshots, 0: no snapshots */
 static const char *arg_fs = NULL;
+static bool arg_all = false, arg_inodes = false;
+static const char *arg_output = NULL;
 
 /* ---- what subvold publishes, as far as subvolctl needs it ---- */
 
 typedef struct Sv {
-        char *object, *filesystem, *display_path, *snapshot_source, *usage_source, *access_path;
+        char *object, *filesystem, *display_path, *snapshot_source, *usage_source;
+        char **access_paths;
         uint64_t id, parent_id, referenced, exclusive, inodes, referenced_limit, exclusive_limit;
         int is_snapshot, read_only, usage_consistent;
 } Sv;
@@ -45,6 +48,7 @@ typedef struct Sv {
 typedef struct Fs {
         char *object, *uuid, *label, *quota_mode;
         char *name;  /* what list's table calls it */
+        char **mount_points;
         uint64_t size, used, free, available;
 } Fs;
 
@@ -59,11 +63,12 @@ static void objects_done(Objects *o) {
         for (size_t i = 0; i < o->n_svs; i++) {
                 Sv *s = &o->svs[i];
                 free(s->object), free(s->filesystem), free(s->display_path), free(s->snapshot_source);
-                free(s->usage_source), free(s->access_path);
+                free(s->usage_source), strv_free(s->access_paths);
         }
         for (size_t i = 0; i < o->n_fss; i++) {
                 Fs *f = &o->fss[i];
                 free(f->object), free(f->uuid), free(f->label), free(f->quota_mode), free(f->name);
+                strv_free(f->mount_points);
         }
         free(o->svs);
         free(o->fss);
@@ -123,7 +128,10 @@ static int read_string(sd_bus_message *m, char **ret) {
         return *ret ? 0 : -ENOMEM;
 }
 
-static int read_first_bytestring(sd_bus_message *m, char **ret) {
+/* Reads an aay of NUL-terminated byte strings (paths) into a strv. */
+static int read_bytestrings(sd_bus_message *m, char ***ret) {
+        _cleanup_strv_free_ char **l = NULL;
+        size_t n_l = 0;
         const void *p;
         size_t n;
         int r;
@@ -131,17 +139,14 @@ static int read_first_bytestring(sd_bus_message *m, char **ret) {
         r = sd_bus_message_enter_container(m, 'a', "ay");
         if (r < 0)
                 return r;
-        r = sd_bus_message_read_array(m, 'y', &p, &n);
-        if (r > 0 && n > 0) {
-                free(*ret);
-                *ret = strndup(p, n - 1);
-                if (!*ret)
+        while ((r = sd_bus_message_read_array(m, 'y', &p, &n)) > 0)
+                if (strv_consume(&l, &n_l, n > 0 ? strndup(p, n - 1) : strdup("")) < 0)  /* n - 1: the NUL */
                         return -ENOMEM;
-        }
-        while (r > 0)
-                r = sd_bus_message_read_array(m, 'y', &p, &n);
         if (r < 0)
                 return r;
+        strv_free(*ret);
+        *ret = l;
+        l = NULL;
         return sd_bus_message_exit_container(m);
 }
 
@@ -170,7 +175,7 @@ static int read_subvolume_property(sd_bus_message *m, const char *name, Sv *s) {
                 if (streq(name, strings[i].name))
                         return read_string(m, strings[i].field);
         if (streq(name, "AccessPaths"))
-                return read_first_bytestring(m, &s->access_path);
+                return read_bytestrings(m, &s->access_paths);
         return 0;  /* not needed here: skipped by the caller */
 }
 
@@ -188,6 +193,8 @@ static int read_fs_property(sd_bus_message *m, const char *name, Fs *f) {
         for (size_t i = 0; i < ELEMENTSOF(strings); i++)
                 if (streq(name, strings[i].name))
                         return read_string(m, strings[i].field);
+        if (streq(name, "MountPoints"))
+                return read_bytestrings(m, &f->mount_points);
         return 0;
 }
 
@@ -548,7 +555,8 @@ static int cmd_list(sd_bus *bus, int argc, char **argv) {
 
 /* Reads GetStatfs's a{sv} into the numbers df shows. */
 typedef struct Df {
-        uint64_t bsize, blocks, bfree, bavail, files;
+        uint64_t bsize, blocks, bfree, bavail, files, ffree;
+        char *source;
 } Df;
 
 static int read_statfs(sd_bus_message *m, Df *d) {
@@ -566,8 +574,17 @@ static int read_statfs(sd_bus_message *m, Df *d) {
                         break;
                 field = streq(key, "bsize") ? &d->bsize : streq(key, "blocks") ? &d->blocks :
                         streq(key, "bfree") ? &d->bfree : streq(key, "bavail") ? &d->bavail :
-                        streq(key, "files") ? &d->files : NULL;
-                r = field ? sd_bus_message_read(m, "v", "t", field) : sd_bus_message_skip(m, "v");
+                        streq(key, "files") ? &d->files : streq(key, "ffree") ? &d->ffree : NULL;
+                if (field)
+                        r = sd_bus_message_read(m, "v", "t", field);
+                else if (streq(key, "source") && streq(contents, "s")) {
+                        r = sd_bus_message_enter_container(m, 'v', "s");
+                        if (r >= 0)
+                                r = read_string(m, &d->source);
+                        if (r >= 0)
+                                r = sd_bus_message_exit_container(m);
+                } else
+                        r = sd_bus_message_skip(m, "v");
                 if (r >= 0)
                         r = sd_bus_message_exit_container(m);
         }
@@ -576,36 +593,186 @@ static int read_statfs(sd_bus_message *m, Df *d) {
         return r;
 }
 
-static void print_df_row(const Sv *s, const Df *d, const char *mounted_on, bool *first) {
-        uint64_t size = d->blocks * d->bsize, used = (d->blocks - d->bfree) * d->bsize, avail = d->bavail * d->bsize;
-        /* As df: used / (used + available), rounded up. */
-        unsigned pct = used + avail ? (unsigned) ((used * 100 + used + avail - 1) / (used + avail)) : 0;
-        char b1[32], b2[32], b3[32];
+/* The columns of df's table, named as GNU df's --output names them where
+ * they mean the same. */
+typedef enum DfColumn {
+        COL_SUBVOLUME, COL_FILESYSTEM, COL_SOURCE, COL_SIZE, COL_USED, COL_AVAIL, COL_PCENT,
+        COL_ITOTAL, COL_IUSED, COL_IAVAIL, COL_IPCENT, COL_TARGET, _COL_MAX
+} DfColumn;
+
+static const struct {
+        const char *name, *header;
+        int width;  /* negative: left-aligned */
+} df_columns[_COL_MAX] = {
+        [COL_SUBVOLUME] = { "subvolume", "SUBVOLUME", -30 },
+        [COL_FILESYSTEM] = { "fs", "FILESYSTEM", -10 },
+        [COL_SOURCE] = { "source", "SOURCE", -12 },
+        [COL_SIZE] = { "size", "SIZE", 8 },
+        [COL_USED] = { "used", "USED", 8 },
+        [COL_AVAIL] = { "avail", "AVAIL", 8 },
+        [COL_PCENT] = { "pcent", "USE%", 5 },
+        [COL_ITOTAL] = { "itotal", "INODES", 9 },
+        [COL_IUSED] = { "iused", "IUSED", 9 },
+        [COL_IAVAIL] = { "iavail", "IFREE", 9 },
+        [COL_IPCENT] = { "ipcent", "IUSE%", 5 },
+        [COL_TARGET] = { "target", "MOUNTED ON", 0 },
+};
+
+#define DF_COLUMNS_MAX 32
+
+/* --output, or the default columns of df and df -i. */
+static int parse_df_columns(DfColumn columns[static DF_COLUMNS_MAX], size_t *n) {
+        static const DfColumn space[] = { COL_SUBVOLUME, COL_SIZE, COL_USED, COL_AVAIL, COL_PCENT, COL_TARGET };
+        static const DfColumn inodes[] = { COL_SUBVOLUME, COL_ITOTAL, COL_IUSED, COL_IAVAIL, COL_IPCENT, COL_TARGET };
+        _cleanup_free_ char *spec = NULL;
+        char *save = NULL;
+
+        *n = 0;
+        if (!arg_output) {
+                for (; *n < ELEMENTSOF(space); (*n)++)
+                        columns[*n] = arg_inodes ? inodes[*n] : space[*n];
+                return 0;
+        }
+        spec = strdup(arg_output);
+        if (!spec)
+                return -ENOMEM;
+        for (char *w = strtok_r(spec, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+                size_t c = 0;
+
+                while (c < _COL_MAX && !streq(w, df_columns[c].name))
+                        c++;
+                if (c == _COL_MAX || *n == DF_COLUMNS_MAX) {
+                        fprintf(stderr, c == _COL_MAX ? "Unknown df column \"%s\"; see --help.\n"
+                                                      : "Too many df columns (\"%s\").\n", w);
+                        return -EINVAL;
+                }
+                columns[(*n)++] = c;
+        }
+        if (*n == 0)
+                fprintf(stderr, "--output names no column.\n");
+        return *n > 0 ? 0 : -EINVAL;
+}
+
+/* Where df says the subvolume is mounted: the first of its paths that is
+ * a mount point of its filesystem; NULL when it is mounted nowhere. */
+static const char *mount_point_of(const Objects *o, const Sv *s) {
+        const Fs *f = find_fs(o, s->filesystem);
+
+        for (char **a = s->access_paths; f && a && *a; a++)
+                for (char **m = f->mount_points; m && *m; m++)
+                        if (streq(*a, *m))
+                                return *a;
+        return NULL;
+}
+
+/* One row's figures in bytes and counts; UNKNOWN where subvold does not
+ * know them: size, used and use% with the usage unknown, the inode counts
+ * when subvold has none (files 0: a subvolume holds at least its root
+ * directory).  Free inodes are never known: btrfs has no count of them. */
+typedef struct DfRow {
+        uint64_t size, used, avail, pcent, itotal, iused;
+} DfRow;
+
+static DfRow df_row(const Df *d) {
+        bool known = d->source && !streq(d->source, "none");
+        uint64_t used = (d->blocks - d->bfree) * d->bsize, avail = d->bavail * d->bsize;
+
+        return (DfRow) {
+                .size = known ? d->blocks * d->bsize : UNKNOWN,
+                .used = known ? used : UNKNOWN,
+                .avail = avail,
+                /* As df: used / (used + available), rounded up. */
+                .pcent = !known ? UNKNOWN : used + avail ? (used * 100 + used + avail - 1) / (used + avail) : 0,
+                .itotal = d->files ? d->files : UNKNOWN,
+                .iused = d->files ? d->files - d->ffree : UNKNOWN,
+        };
+}
+
+static const char *format_count(uint64_t v, char buf[static 32]) {
+        if (v == UNKNOWN)
+                return "-";
+        snprintf(buf, 32, "%" PRIu64, v);
+        return buf;
+}
+
+static const char *format_percent(uint64_t v, char buf[static 32]) {
+        if (v == UNKNOWN)
+                return "-";
+        snprintf(buf, 32, "%" PRIu64 "%%", v);
+        return buf;
+}
+
+static void print_df_cells(const char *const *cells, const DfColumn *columns, size_t n_columns) {
+        for (size_t i = 0; i < n_columns; i++)
+                if (i + 1 < n_columns)
+                        printf("%*s ", df_columns[columns[i]].width, cells[i]);
+                else
+                        printf("%s\n", cells[i]);
+}
+
+static void print_df_row(const Objects *o, const Sv *s, const Df *d, const DfColumn *columns, size_t n_columns,
+                         bool *first) {
+        const Fs *f = find_fs(o, s->filesystem);
+        const char *mounted = mount_point_of(o, s);
+        /* With --all, a subvolume mounted nowhere shows where it is reachable. */
+        const char *target = mounted ?: s->access_paths ? s->access_paths[0] : NULL;
+        DfRow row = df_row(d);
+        char bufs[DF_COLUMNS_MAX][32];
+        const char *cells[DF_COLUMNS_MAX];
 
         if (arg_json) {
                 printf("%s{\"object\":", *first ? "" : ",");
                 json_string(stdout, s->object);
                 printf(",\"path\":");
                 json_string(stdout, s->display_path);
-                printf(",\"size\":%" PRIu64 ",\"used\":%" PRIu64 ",\"available\":%" PRIu64
-                       ",\"use_percent\":%u,\"inodes\":%" PRIu64 ",\"mounted_on\":", size, used, avail, pct, d->files);
-                json_string(stdout, mounted_on);
+                printf(",\"filesystem\":");
+                json_string(stdout, f ? f->uuid : "");
+                printf(",\"source\":");
+                json_string(stdout, d->source ?: "none");
+                putchar(',');
+                json_u64(stdout, "size", row.size, true);
+                json_u64(stdout, "used", row.used, true);
+                json_u64(stdout, "available", row.avail, true);
+                json_u64(stdout, "use_percent", row.pcent, true);
+                json_u64(stdout, "inodes", row.itotal, true);
+                json_u64(stdout, "inodes_used", row.iused, true);
+                json_u64(stdout, "inodes_free", UNKNOWN, true);
+                printf("\"mounted\":%s,\"mounted_on\":", mounted ? "true" : "false");
+                if (target)
+                        json_string(stdout, target);
+                else
+                        fputs("null", stdout);
                 putchar('}');
                 *first = false;
                 return;
         }
-        printf("%-30s %8s %8s %8s %4u%% %8" PRIu64 "  %s\n", s->display_path, format_size(size, b1),
-               format_size(used, b2), format_size(avail, b3), pct, d->files, mounted_on ? mounted_on : "-");
+        for (size_t i = 0; i < n_columns; i++)
+                switch (columns[i]) {
+                case COL_SUBVOLUME: cells[i] = s->display_path; break;
+                case COL_FILESYSTEM: cells[i] = f && f->name ? f->name : "-"; break;
+                case COL_SOURCE: cells[i] = d->source ?: "none"; break;
+                case COL_SIZE: cells[i] = format_size(row.size, bufs[i]); break;
+                case COL_USED: cells[i] = format_size(row.used, bufs[i]); break;
+                case COL_AVAIL: cells[i] = format_size(row.avail, bufs[i]); break;
+                case COL_PCENT: cells[i] = format_percent(row.pcent, bufs[i]); break;
+                case COL_ITOTAL: cells[i] = format_count(row.itotal, bufs[i]); break;
+                case COL_IUSED: cells[i] = format_count(row.iused, bufs[i]); break;
+                case COL_TARGET: cells[i] = target ?: "-"; break;
+                default: cells[i] = "-";  /* free inodes and their use%: no count */
+                }
+        print_df_cells(cells, columns, n_columns);
 }
 
-/* GetStatfs of every subvolume, with up to STATFS_IN_FLIGHT calls under
- * way at once: one after another, df waited for a round trip per subvolume
- * (35 s at 100,000 subvolumes).  dbus-daemon holds at most 128 calls per
- * connection waiting for their replies unless configured otherwise. */
+/* GetStatfs of every subvolume df shows, with up to STATFS_IN_FLIGHT
+ * calls under way at once: one after another, df waited for a round trip
+ * per subvolume (35 s at 100,000 subvolumes).  dbus-daemon holds at most
+ * 128 calls per connection waiting for their replies unless configured
+ * otherwise. */
 #define STATFS_IN_FLIGHT 64
 
 typedef struct StatfsCall {
         Df df;
+        bool wanted;         /* df shows this subvolume */
         bool ok;             /* false: failed, or the subvolume went away meanwhile */
         size_t *in_flight;
 } StatfsCall;
@@ -625,49 +792,70 @@ static int statfs_all(sd_bus *bus, const Objects *o, StatfsCall *calls) {
         size_t next = 0, in_flight = 0;
         int r;
 
-        while (next < o->n_svs || in_flight > 0) {
-                for (; next < o->n_svs && in_flight < STATFS_IN_FLIGHT; next++, in_flight++) {
+        for (;;) {
+                for (; next < o->n_svs && in_flight < STATFS_IN_FLIGHT; next++) {
+                        if (!calls[next].wanted)
+                                continue;
                         calls[next].in_flight = &in_flight;
                         r = sd_bus_call_method_async(bus, NULL, SUBVOLD_BUS_NAME, o->svs[next].object,
                                                      SUBVOLD_IFACE_SUBVOLUME, "GetStatfs", on_statfs, &calls[next], "");
                         if (r < 0)
                                 return r;
+                        in_flight++;
                 }
+                if (in_flight == 0)
+                        return 0;
                 r = sd_bus_process(bus, NULL);
                 if (r == 0)
                         r = sd_bus_wait(bus, UINT64_MAX);
                 if (r < 0 && r != -EINTR)
                         return r;
         }
-        return 0;
 }
 
 static int cmd_df(sd_bus *bus, int argc, char **argv) {
         _cleanup_free_ StatfsCall *calls = NULL;
+        DfColumn columns[DF_COLUMNS_MAX];
+        const char *headers[DF_COLUMNS_MAX];
+        size_t n_columns;
         Objects o = {};
         bool first = true;
         int r, ret = EXIT_OK;
 
+        if (parse_df_columns(columns, &n_columns) < 0)
+                return EXIT_USAGE;
         r = load_objects(bus, &o);
         if (r < 0)
                 return -r;
-        if (argc == 0) {
-                calls = calloc(o.n_svs + 1, sizeof(StatfsCall));  /* + 1: not NULL for none */
-                r = calls ? statfs_all(bus, &o, calls) : -ENOMEM;
-                if (r < 0) {
-                        fprintf(stderr, "Cannot read the subvolumes' statfs: %s\n", strerror(-r));
+        for (size_t i = 0; i < o.n_fss; i++)
+                if (!(o.fss[i].name = fs_name(&o, &o.fss[i]))) {
                         objects_done(&o);
-                        return r == -ENOMEM ? EXIT_FAILED : EXIT_NO_DAEMON;
+                        return EXIT_FAILED;
                 }
+        calls = calloc(o.n_svs + 1, sizeof(StatfsCall));  /* + 1: not NULL for none */
+        if (!calls) {
+                objects_done(&o);
+                return EXIT_FAILED;
+        }
+        /* Without paths, as df does: the subvolumes mounted somewhere, or all. */
+        for (size_t i = 0; argc == 0 && i < o.n_svs; i++)
+                calls[i].wanted = arg_all || mount_point_of(&o, &o.svs[i]);
+        r = statfs_all(bus, &o, calls);
+        if (r < 0) {
+                fprintf(stderr, "Cannot read the subvolumes' statfs: %s\n", strerror(-r));
+                ret = EXIT_NO_DAEMON;
+                goto finish;
         }
         if (arg_json)
                 putchar('[');
-        else
-                printf("%-30s %8s %8s %8s %5s %8s  %s\n", "SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "INODES",
-                       "MOUNTED ON");
-        for (size_t i = 0; calls && i < o.n_svs; i++)
+        else {
+                for (size_t i = 0; i < n_columns; i++)
+                        headers[i] = df_columns[columns[i]].header;
+                print_df_cells(headers, columns, n_columns);
+        }
+        for (size_t i = 0; i < o.n_svs; i++)
                 if (calls[i].ok)
-                        print_df_row(&o.svs[i], &calls[i].df, o.svs[i].access_path, &first);
+                        print_df_row(&o, &o.svs[i], &calls[i].df, columns, n_columns, &first);
         for (int i = 0; i < argc; i++) {
                 _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
                 sd_bus_error error = SD_BUS_ERROR_NULL;
@@ -690,17 +878,22 @@ static int cmd_df(sd_bus *bus, int argc, char **argv) {
                         continue;
                 }
                 if (sd_bus_message_read(reply, "o", &object) < 0 || read_statfs(reply, &d) < 0) {
+                        fprintf(stderr, "%s: cannot parse subvold's reply\n", argv[i]);
                         ret = EXIT_FAILED;
-                        continue;
+                } else {
+                        for (size_t j = 0; j < o.n_svs && !s; j++)
+                                if (streq(o.svs[j].object, object))
+                                        s = &o.svs[j];
+                        if (s)
+                                print_df_row(&o, s, &d, columns, n_columns, &first);
                 }
-                for (size_t j = 0; j < o.n_svs && !s; j++)
-                        if (streq(o.svs[j].object, object))
-                                s = &o.svs[j];
-                if (s)
-                        print_df_row(s, &d, s->access_path, &first);
+                free(d.source);
         }
         if (arg_json)
                 puts("]");
+finish:
+        for (size_t i = 0; i < o.n_svs; i++)
+                free(calls[i].df.source);
         objects_done(&o);
         return ret;
 }
@@ -1035,7 +1228,7 @@ static int cmd_metrics(sd_bus *bus, int argc, char **argv) {
 
 #define FILES_IFACE "org.subvold.Subvold1.Files"
 
-static bool arg_all = false, arg_force = false;
+static bool arg_force = false;
 static const char *arg_from = NULL, *arg_to = NULL;
 
 /* A time as versions prints it, local time to the second. */
@@ -1492,7 +1685,9 @@ static void help(void) {
                "Commands:\n"
                "  list [--snapshots|--no-snapshots] [--fs UUID|PATH]\n"
                "                         One line per subvolume\n"
-               "  df [PATH...]           Size, use and inodes of the subvolumes holding PATHs, or all\n"
+               "  df [-i] [--all] [--output=COLUMNS] [PATH...]\n"
+               "                         Size, used and available space (or inodes) of the\n"
+               "                         subvolumes holding PATHs, or of those mounted (--all: all)\n"
                "  show PATH|OBJECT       Every property of one subvolume\n"
                "  monitor                Print changes as subvold signals them\n"
                "  metrics                Prometheus text exposition of every figure\n"
@@ -1509,7 +1704,11 @@ static void help(void) {
                "     --version           Show the version\n"
                "     --address=ADDRESS   Connect to this bus instead of the system bus\n"
                "     --json              JSON output (list, df, show, monitor)\n"
-               "     --bytes             Exact byte counts instead of IEC sizes (K = 1024)\n\n"
+               "     --bytes             Exact byte counts instead of IEC sizes (K = 1024)\n"
+               "  -i --inodes            df: inode columns instead of space\n"
+               "     --output=COLUMNS    df: these columns, comma-separated, of subvolume, fs,\n"
+               "                         source, size, used, avail, pcent, itotal, iused, iavail,\n"
+               "                         ipcent, target\n\n"
                "Exit status: 0 success, 1 failure, 2 bad usage, 3 subvold not reachable,\n"
                "4 not on btrfs, 5 no such subvolume or filesystem.\n",
                program_invocation_short_name);
@@ -1517,7 +1716,7 @@ static void help(void) {
 
 int main(int argc, char *argv[]) {
         enum { ARG_VERSION = 0x100, ARG_ADDRESS, ARG_JSON, ARG_BYTES, ARG_SNAPSHOTS, ARG_NO_SNAPSHOTS, ARG_FS, ARG_ALL,
-               ARG_FROM, ARG_TO, ARG_FORCE };
+               ARG_FROM, ARG_TO, ARG_FORCE, ARG_OUTPUT };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -1531,6 +1730,8 @@ int main(int argc, char *argv[]) {
                 { "from", required_argument, NULL, ARG_FROM },
                 { "to", required_argument, NULL, ARG_TO },
                 { "force", no_argument, NULL, ARG_FORCE },
+                { "inodes", no_argument, NULL, 'i' },
+                { "output", required_argument, NULL, ARG_OUTPUT },
                 {}
         };
         static const struct { const char *name; int (*run)(sd_bus *, int, char **); } commands[] = {
@@ -1541,7 +1742,7 @@ int main(int argc, char *argv[]) {
         sd_bus *bus = NULL;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "hi", options, NULL)) >= 0)
                 switch (c) {
                 case 'h':
                         help();
@@ -1578,6 +1779,12 @@ int main(int argc, char *argv[]) {
                         break;
                 case ARG_FORCE:
                         arg_force = true;
+                        break;
+                case 'i':
+                        arg_inodes = true;
+                        break;
+                case ARG_OUTPUT:
+                        arg_output = optarg;
                         break;
                 default:
                         return EXIT_USAGE;

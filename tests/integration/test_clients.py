@@ -116,24 +116,33 @@ class ClientsTest(DaemonTest):
         self.assertEqual(row[3], run("numfmt", "--to=iec", "--round=up", str(quota[vol][0])).decode().strip())
 
     def test_df(self):
+        """subvolctl df as test_df checks it, here on a filesystem with
+        quotas and snapshots: by path, every subvolume, the table."""
         st = os.statvfs(self.mnt)
-        rfer, excl, limit, _ = qgroup_show(self.mnt)[btrfs_rootid(f"{self.mnt}/vol")]
+        bs = st.f_bsize
+        quota = qgroup_show(self.mnt)
+        rfer, excl, limit, _ = quota[btrfs_rootid(f"{self.mnt}/vol")]
         rows = json.loads(self.ctl("--json", "df", f"{self.mnt}/vol/file", f"{self.mnt}/other")[0])
         vol, other = rows
         self.assertEqual(vol["path"], "/vol")
-        self.assertEqual(vol["size"], limit // st.f_bsize * st.f_bsize)
-        self.assertEqual(vol["available"], min((limit - rfer) // st.f_bsize, st.f_bavail) * st.f_bsize)
-        self.assertEqual(vol["mounted_on"], f"{self.mnt}/vol")
-        used = vol["size"] - min((limit - rfer) // st.f_bsize, st.f_bfree) * st.f_bsize
-        self.assertEqual(vol["used"], used)
-        self.assertEqual(vol["use_percent"], -(-used * 100 // (used + vol["available"])))
-        self.assertEqual((other["size"], other["available"]), (st.f_blocks * st.f_bsize, st.f_bavail * st.f_bsize))
-        # Without paths: every subvolume.
-        every = json.loads(self.ctl("--json", "df")[0])
+        self.assertEqual(vol["filesystem"], self.fs.uuid)
+        self.assertEqual(vol["used"], -(-rfer // bs) * bs)
+        self.assertEqual(vol["size"], limit)  # the limit binds
+        self.assertEqual(vol["available"], min((limit - rfer) // bs, st.f_bavail) * bs)
+        self.assertEqual((vol["mounted"], vol["mounted_on"]), (False, f"{self.mnt}/vol"))
+        self.assertEqual(vol["use_percent"], -(-vol["used"] * 100 // (vol["used"] + vol["available"])))
+        self.assertIsNone(vol["inodes"])  # btrfs counts no inodes per qgroup
+        other_rfer = quota[btrfs_rootid(f"{self.mnt}/other")][0]
+        self.assertEqual((other["used"], other["available"]), (-(-other_rfer // bs) * bs, st.f_bavail * bs))
+        # Without paths: the mounted subvolumes; --all: every subvolume.
+        mounted = json.loads(self.ctl("--json", "df")[0])
+        self.assertEqual([(r["path"], r["mounted_on"]) for r in mounted if r["filesystem"] == self.fs.uuid],
+                         [("/", self.mnt)])
+        every = json.loads(self.ctl("--json", "df", "--all")[0])
         self.assertEqual(sorted(r["path"] for r in every if r["object"].startswith(self.fs.object_path + "/")),
                          sorted(["/"] + ["/" + t["path"].decode() for t in btrfs_subvolume_list(self.mnt).values()]))
         text = self.ctl("df", f"{self.mnt}/vol")[0].splitlines()
-        self.assertEqual(text[0].split()[:5], ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%"])
+        self.assertEqual(text[0].split(), ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "MOUNTED", "ON"])
         self.assertEqual(text[1].split()[1], "200M")
 
     def test_show(self):

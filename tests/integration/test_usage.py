@@ -106,11 +106,14 @@ class UsageTest(TestCase):
                 self.assertEqual([props["ReferencedLimitBytes"], props["ExclusiveLimitBytes"]], [UNKNOWN] * 2)
                 self.assertEqual(props["UsageSource"], "scan")
                 self.assertNotEqual(props["Inodes"], UNKNOWN)
-        # Without limits, statfs is the filesystem's own; files are the inodes.
+        # Without limits: used is what the subvolume references, free the
+        # filesystem's (test_df holds each rule); files are the inodes.
         vol = objects[self.subvolume("vol")][SUBVOLUME_IFACE]
         sf = self.statfs(self.subvolume("vol"))
-        self.assertEqual((sf["bsize"], sf["blocks"], sf["bfree"], sf["bavail"], sf["namelen"], sf["flags"]),
-                         (st.f_bsize, st.f_blocks, st.f_bfree, st.f_bavail, st.f_namemax, st.f_flag))
+        self.assertEqual((sf["bsize"], sf["blocks"] - sf["bfree"], sf["bfree"], sf["bavail"], sf["namelen"],
+                          sf["flags"]),
+                         (st.f_bsize, -(-vol["ReferencedBytes"] // st.f_bsize), st.f_bfree, st.f_bavail,
+                          st.f_namemax, st.f_flag))
         self.assertEqual((sf["files"], sf["ffree"], sf["source"], sf["referenced"]),
                          (vol["Inodes"], 0, "scan", vol["ReferencedBytes"]))
         # Reading never enables quotas.
@@ -128,7 +131,8 @@ class UsageTest(TestCase):
         fs = objects[self.fs.object_path][FS_IFACE]
         self.assertEqual((fs["QuotaMode"], fs["QuotaConsistent"]), ("qgroup", True))
 
-        # statfs: a referenced limit is the size; free is what is left under it.
+        # statfs: a referenced limit that binds is the size; free is what is
+        # left under it.
         st = os.statvfs(self.mnt)
         bs = st.f_bsize
         rfer, excl, rlimit, elimit = qgroup_show(self.mnt)[btrfs_rootid(f"{self.mnt}/vol")]
@@ -141,15 +145,17 @@ class UsageTest(TestCase):
         # An exclusive limit only narrows free space.
         rfer, excl, rlimit, elimit = qgroup_show(self.mnt)[btrfs_rootid(f"{self.mnt}/other")]
         sf = self.statfs(self.subvolume("other"))
-        self.assertEqual(sf["blocks"], st.f_blocks)
+        self.assertEqual(sf["blocks"] - sf["bfree"], -(-rfer // bs))
         self.assertEqual(sf["bavail"], min(max(elimit - excl, 0) // bs, st.f_bavail))
         # btrfs gave the snapshot its source's limit.
         rfer, excl, rlimit, elimit = qgroup_show(self.mnt)[btrfs_rootid(f"{self.mnt}/snap")]
         self.assertEqual(rlimit, 100 << 20)
         self.assertEqual(self.statfs(self.subvolume("snap"))["blocks"], rlimit // bs)
-        # No limit: the filesystem's figures.
+        # No limit: the filesystem's free space.
+        rfer = qgroup_show(self.mnt)[5][0]
         sf = self.statfs(f"{self.fs.object_path}/5")
-        self.assertEqual((sf["blocks"], sf["bfree"], sf["bavail"]), (st.f_blocks, st.f_bfree, st.f_bavail))
+        self.assertEqual((sf["blocks"], sf["bfree"], sf["bavail"]),
+                         (-(-rfer // bs) + st.f_bfree, st.f_bfree, st.f_bavail))
 
         # The same through an fd, as a GLib client asks.
         p = self.bus.run(GDBUS_CLIENT, "statfs-by-fd", f"{self.mnt}/vol/data", check=True)
@@ -166,7 +172,9 @@ class UsageTest(TestCase):
         self.start()
         st = os.statvfs(self.mnt)
         sf = self.statfs(self.subvolume("vol"))
-        self.assertEqual(sf["blocks"], (100 << 30) // st.f_bsize)
+        # The filesystem binds, not the limit: used plus the filesystem's free.
+        rfer = qgroup_show(self.mnt)[btrfs_rootid(f"{self.mnt}/vol")][0]
+        self.assertEqual(sf["blocks"], -(-rfer // st.f_bsize) + st.f_bfree)
         self.assertEqual((sf["bfree"], sf["bavail"]), (st.f_bfree, st.f_bavail))
 
     def test_simple_quotas(self):
