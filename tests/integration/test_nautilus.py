@@ -52,6 +52,15 @@ def rootid(path):
     return btrfs_rootid(path if os.path.isdir(path) else os.path.dirname(path))
 
 
+def df_figures(bus, path):
+    """What df would say for @path's subvolume by subvold's GetStatfs, read
+    over the bus: size, used, available."""
+    obj = bus.call("/org/subvold/Subvold1", "org.subvold.Subvold1.Manager", "GetSubvolumeByPath", "s", path)[0]
+    s = {k: v["data"] for k, v in bus.call(obj, SUBVOLUME_IFACE, "GetStatfs")[0].items()}
+    return (format_size(s["blocks"] * s["bsize"]), format_size((s["blocks"] - s["bfree"]) * s["bsize"]),
+            format_size(s["bavail"] * s["bsize"]))
+
+
 class Provider:
     """tests/client/nautilus-provider, run as @user on @bus."""
 
@@ -217,12 +226,7 @@ class ProviderTest(DaemonTest):
             self.assertEqual(got[-1], want)
 
     def statfs(self, path):
-        """What df would say by subvold's GetStatfs, read over the bus."""
-        obj = self.bus.call("/org/subvold/Subvold1", "org.subvold.Subvold1.Manager", "GetSubvolumeByPath", "s",
-                            path)[0]
-        s = {k: v["data"] for k, v in self.bus.call(obj, SUBVOLUME_IFACE, "GetStatfs")[0].items()}
-        return (format_size(s["blocks"] * s["bsize"]), format_size((s["blocks"] - s["bfree"]) * s["bsize"]),
-                format_size(s["bavail"] * s["bsize"]))
+        return df_figures(self.bus, path)
 
     def test_columns_properties_menu(self):
         mnt = self.mnt
