@@ -131,6 +131,21 @@ MUTATIONS = {
         "used = g_format_size((blocks - MIN(bfree, blocks)) * bsize);",
         "used = g_format_size(bfree * bsize);",
         ["test_nautilus"]),
+    "versions-copy-writable": (
+        "nautilus/subvold-versions.c",
+        "write_copy(fd, dest, 0444, &reflink, &error)",
+        "write_copy(fd, dest, 0644, &reflink, &error)",
+        ["test_nautilus_gui"]),
+    "versions-all-marked-current": (
+        "nautilus/subvold-versions.c",
+        'current ? "current" : ""',
+        '"current"',
+        ["test_nautilus_gui"]),
+    "nautilus-snapshot-column-empty": (
+        "nautilus/subvold-nautilus.c",
+        '        if (!prop_bool(s, "IsSnapshot"))\n                return g_strdup("");',
+        '        if (TRUE)\n                return g_strdup("");',
+        ["test_nautilus_gui"]),
     "a-test-method-skips": (
         "tests/integration/test_clients.py",
         "    def test_list(self):\n",
