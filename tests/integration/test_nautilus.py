@@ -165,7 +165,9 @@ class ProviderTest(DaemonTest):
     def setUp(self):
         super().setUp()
         self.fs = Btrfs(self, "desk", size="1G", label="desk")
-        self.mnt = mnt = self.fs.mount(self.path("desk"))
+        # noatime: reading a directory would otherwise rewrite metadata,
+        # and the qgroup figures would move under the test.
+        self.mnt = mnt = self.fs.mount(self.path("desk"), "noatime")
         subvolume_create(f"{mnt}/home")
         os.makedirs(f"{mnt}/home/dir")
         os.makedirs(f"{mnt}/snaps")

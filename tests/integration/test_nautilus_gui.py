@@ -49,7 +49,9 @@ class NautilusTest(DaemonTest):
     def setUp(self):
         super().setUp()
         self.fs = Btrfs(self, "desk", size="1G", label="desk")
-        self.mnt = mnt = self.fs.mount(self.path("desk"))
+        # noatime: reading a directory would otherwise rewrite metadata,
+        # and the qgroup figures would move under the test.
+        self.mnt = mnt = self.fs.mount(self.path("desk"), "noatime")
         os.chmod(mnt, 0o755)
         subvolume_create(f"{mnt}/home")
         os.makedirs(f"{mnt}/home/docs")
@@ -136,11 +138,11 @@ class NautilusTest(DaemonTest):
                    XDG_CACHE_HOME=f"{self.home}/.cache", XDG_DATA_HOME=f"{self.home}/.local/share",
                    DISPLAY=self.display, GSK_RENDERER="cairo", GSETTINGS_BACKEND="keyfile", GTK_A11Y="atspi",
                    DBUS_SYSTEM_BUS_ADDRESS=self.bus.address, TZ="UTC", LANG="C.UTF-8")
-        with open(self.path("session.log"), "wb") as log:
+        with open(os.path.join(self.shots, "session.log"), "wb") as log:
             p = subprocess.run(["dbus-run-session", "--", "/usr/bin/python3", SESSION, out, self.shots, *args],
                                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.home, timeout=600,
                                **self.user.process_args())
-        with open(self.path("session.log"), "rb") as f:
+        with open(os.path.join(self.shots, "session.log"), "rb") as f:
             log = f.read().decode(errors="replace")
         self.assertEqual(p.returncode, 0, log)
         with open(out) as f:
@@ -148,8 +150,9 @@ class NautilusTest(DaemonTest):
 
     def test_in_nautilus(self):
         mnt = self.mnt
-        read, log = self.session(mnt, f"{mnt}/home-1", f"{mnt}/home/doc.txt", f"{mnt}/home/docs")
+        # The figures before the session: restoring in it adds to /home.
         quota = qgroups(mnt)
+        read, log = self.session(mnt, f"{mnt}/home-1", f"{mnt}/home/doc.txt", f"{mnt}/home/docs")
 
         # The list view: every row against btrfs-progs.
         columns = read["columns"]
