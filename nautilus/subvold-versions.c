@@ -272,7 +272,7 @@ static void versions_listed(GObject *source, GAsyncResult *result, gpointer data
                 set_status(app, "No previous versions: %s", error->message);
                 return;
         }
-        g_variant_get(reply, app->directory ? "(aa{sv})" : "(aa{sv})", &entries);
+        g_variant_get(reply, "(aa{sv})", &entries);
         while ((entry = g_variant_iter_next_value(entries))) {
                 Row *r = g_new0(Row, 1);
                 guint64 size = 0, mtime = 0;
