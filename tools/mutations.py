@@ -106,6 +106,46 @@ MUTATIONS = {
         "        r = manager_refresh(m);\n        if (r < 0)\n                return sd_bus_error_setf",
         "        r = 0;\n        if (r < 0)\n                return sd_bus_error_setf",
         ["test_errors"]),
+    "nautilus-size-is-exclusive": (
+        "nautilus/subvold-nautilus.c",
+        'size = root ? usage_string(s, "ReferencedBytes")',
+        'size = root ? usage_string(s, "ExclusiveBytes")',
+        ["test_nautilus"]),
+    "nautilus-unknown-usage-is-zero": (
+        "nautilus/subvold-nautilus.c",
+        'g_str_equal(source, "none"))\n                return g_strdup("");',
+        'g_str_equal(source, "none"))\n                return g_format_size(0);',
+        ["test_nautilus"]),
+    "nautilus-lookup-per-file": (
+        "nautilus/subvold-nautilus.c",
+        "        g_hash_table_insert(self->by_dev, g_memdup2(&call->dev, sizeof call->dev), g_strdup(path));\n",
+        "",
+        ["test_nautilus"]),
+    "nautilus-changes-not-followed": (
+        "nautilus/subvold-nautilus.c",
+        '                g_signal_connect(proxy, "g-properties-changed", G_CALLBACK(subvolume_changed), s->self);\n',
+        "",
+        ["test_nautilus"]),
+    "nautilus-df-used-is-free": (
+        "nautilus/subvold-nautilus.c",
+        "used = g_format_size((blocks - MIN(bfree, blocks)) * bsize);",
+        "used = g_format_size(bfree * bsize);",
+        ["test_nautilus"]),
+    "versions-copy-writable": (
+        "nautilus/subvold-versions.c",
+        "write_copy(fd, dest, 0444, &reflink, &error)",
+        "write_copy(fd, dest, 0644, &reflink, &error)",
+        ["test_nautilus_gui"]),
+    "versions-all-marked-current": (
+        "nautilus/subvold-versions.c",
+        'current ? "current" : ""',
+        '"current"',
+        ["test_nautilus_gui"]),
+    "nautilus-snapshot-column-empty": (
+        "nautilus/subvold-nautilus.c",
+        '        if (!prop_bool(s, "IsSnapshot"))\n                return g_strdup("");',
+        '        if (TRUE)\n                return g_strdup("");',
+        ["test_nautilus_gui"]),
     "a-test-method-skips": (
         "tests/integration/test_clients.py",
         "    def test_list(self):\n",

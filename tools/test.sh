@@ -20,7 +20,7 @@ for variant in plain sanitize; do
 	[ "$variant" = sanitize ] && sanitize=address,undefined
 	# Set the options every time: a build directory left with others (no
 	# sanitizers, no tests) would pass with less.
-	opts=(-Dtests=true -Db_sanitize=$sanitize -Db_lundef=$([ $sanitize = none ] && echo true || echo false))
+	opts=(-Dtests=true -Dnautilus=enabled -Db_sanitize=$sanitize -Db_lundef=$([ $sanitize = none ] && echo true || echo false))
 	if [ -f "$build/build.ninja" ]; then
 		meson configure "$build" "${opts[@]}" >/dev/null
 	else
