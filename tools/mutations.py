@@ -55,6 +55,36 @@ MUTATIONS = {
         "        if (mounts && m->scanner)\n                scanner_mounts_changed",
         "        if (false)\n                scanner_mounts_changed",
         ["test_scan"]),
+    "statfs-is-the-filesystems": (
+        "daemon/model.c",
+        "st.blocks = used + st.blocks_free;",
+        "st.blocks = fs->blocks;",
+        ["test_df"]),
+    "statfs-free-not-narrowed": (
+        "daemon/model.c",
+        "st.blocks_free = min_u64(fs->blocks_free, room / bs);",
+        "st.blocks_free = fs->blocks_free;",
+        ["test_df"]),
+    "df-unknown-usage-shown": (
+        "daemon/subvolctl.c",
+        'bool known = d->source && !streq(d->source, "none");',
+        "bool known = true;",
+        ["test_df"]),
+    "df-lists-unmounted": (
+        "daemon/subvolctl.c",
+        "calls[i].wanted = arg_all || mount_point_of(&o, &o.svs[i]);",
+        "calls[i].wanted = true;",
+        ["test_df"]),
+    "df-mounted-on-any-path": (
+        "daemon/subvolctl.c",
+        "const char *target = mounted ?: s->access_paths ? s->access_paths[0] : NULL;",
+        "const char *target = s->access_paths ? s->access_paths[0] : NULL;",
+        ["test_df"]),
+    "df-unknown-inodes-zero": (
+        "daemon/subvolctl.c",
+        ".itotal = d->files ? d->files : UNKNOWN,",
+        ".itotal = d->files,",
+        ["test_df"]),
     "scanner-trusts-a-reused-mount-id": (
         "daemon/scanner.c",
         "if (r >= 0 && memcmp(fsid, job->uuid, 16) != 0) {",
@@ -259,9 +289,9 @@ MUTATIONS = {
         ["test_clients"]),
     "df-rows-twice": (
         "daemon/subvolctl.c",
-        "                if (calls[i].ok)\n                        print_df_row(&o.svs[i], &calls[i].df, o.svs[i].access_path, &first);\n",
-        "                if (calls[i].ok) {\n                        print_df_row(&o.svs[i], &calls[i].df, o.svs[i].access_path, &first);\n"
-        "                        print_df_row(&o.svs[i], &calls[i].df, o.svs[i].access_path, &first);\n                }\n",
+        "                if (calls[i].ok)\n                        print_df_row(&o, &o.svs[i], &calls[i].df, columns, n_columns, &first);\n",
+        "                if (calls[i].ok) {\n                        print_df_row(&o, &o.svs[i], &calls[i].df, columns, n_columns, &first);\n"
+        "                        print_df_row(&o, &o.svs[i], &calls[i].df, columns, n_columns, &first);\n                }\n",
         ["test_clients"]),
     "last-subvolume-unpublished": (
         "daemon/fs-btrfs.c",
