@@ -95,7 +95,7 @@ show "$BUILD/daemon/subvolctl" list
 # plain df, which can only say what the whole filesystem uses.
 show df -h "$M" "$WORK/home"
 show "$BUILD/daemon/subvolctl" df
-show "$BUILD/daemon/subvolctl" df --all -i
+show "$BUILD/daemon/subvolctl" df --all
 show btrfs filesystem du -s "$M/@home" "$M/@srv" "$M/@srv/photos 2026" "$M"/.snapshots/*
 show busctl --system tree $B
 show busctl --system introspect $B "$FS/5"
