@@ -184,59 +184,61 @@ static void test_statfs_rules(void) {
         Usage u = USAGE_NONE;
         StatfsInfo st;
 
-        /* No quota figures: the filesystem's own. */
+        /* ZFS's meaning: used = referenced, blocks = used + free.  The
+         * filesystem: 1000 blocks, 600 free, 500 available.  Usage unknown:
+         * nothing counted as used. */
         st = statfs_with(u);
-        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks, ==, 600);
         g_assert_cmpuint(st.blocks_free, ==, 600);
         g_assert_cmpuint(st.blocks_available, ==, 500);
         g_assert_cmpuint(st.files, ==, 0);
         g_assert_cmpuint(st.name_max, ==, 255);
         g_assert_cmpuint(st.flags, ==, 32);
 
-        /* Usage known, no limit: still the filesystem's figures; files = inodes. */
+        /* Usage known, no limit: used plus the filesystem's free; files = inodes. */
         u.referenced = 40 * 4096, u.exclusive = 10 * 4096, u.inodes = 77;
         st = statfs_with(u);
-        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks, ==, 640);
         g_assert_cmpuint(st.blocks_available, ==, 500);
         g_assert_cmpuint(st.files, ==, 77);
         g_assert_cmpuint(st.files_free, ==, 0);
 
-        /* A referenced limit: blocks is the limit, free what is left under it. */
+        /* A referenced limit that binds is the size; free is what is left under it. */
         u.referenced_limit = 100 * 4096;
         st = statfs_with(u);
         g_assert_cmpuint(st.blocks, ==, 100);
         g_assert_cmpuint(st.blocks_free, ==, 60);
         g_assert_cmpuint(st.blocks_available, ==, 60);
 
-        /* ... but never more than the filesystem has. */
+        /* ... but free is never more than the filesystem has. */
         u.referenced_limit = 900 * 4096;
         st = statfs_with(u);
-        g_assert_cmpuint(st.blocks, ==, 900);
+        g_assert_cmpuint(st.blocks, ==, 640);
         g_assert_cmpuint(st.blocks_free, ==, 600);
         g_assert_cmpuint(st.blocks_available, ==, 500);
 
-        /* Over the limit: nothing left, never negative. */
+        /* Over the limit: nothing left, never negative; size = used. */
         u.referenced_limit = 20 * 4096;
         st = statfs_with(u);
-        g_assert_cmpuint(st.blocks, ==, 20);
+        g_assert_cmpuint(st.blocks, ==, 40);
         g_assert_cmpuint(st.blocks_free, ==, 0);
         g_assert_cmpuint(st.blocks_available, ==, 0);
 
         /* An exclusive limit narrows free space too, the tighter one wins. */
         u.referenced_limit = 100 * 4096, u.exclusive_limit = 30 * 4096;
         st = statfs_with(u);
-        g_assert_cmpuint(st.blocks, ==, 100);
+        g_assert_cmpuint(st.blocks, ==, 60);
         g_assert_cmpuint(st.blocks_available, ==, 20);
         u.referenced_limit = USAGE_UNKNOWN;
         st = statfs_with(u);
-        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks, ==, 60);
         g_assert_cmpuint(st.blocks_free, ==, 20);
 
         /* A limit without a known usage tells nothing. */
         u = USAGE_NONE;
         u.referenced_limit = 100 * 4096;
         st = statfs_with(u);
-        g_assert_cmpuint(st.blocks, ==, 1000);
+        g_assert_cmpuint(st.blocks, ==, 600);
         g_assert_cmpuint(st.blocks_available, ==, 500);
 }
 
