@@ -47,7 +47,7 @@ typedef struct Sv {
 
 typedef struct Fs {
         char *object, *uuid, *label, *quota_mode;
-        char *name;  /* what list's table calls it */
+        char *name;  /* what the tables call it (see fs_name()) */
         char **mount_points;
         uint64_t size, used, free, available;
 } Fs;
@@ -336,6 +336,26 @@ static int load_filesystem(sd_bus *bus, const char *object, Objects *o) {
         return 0;
 }
 
+/* The table's name for a filesystem: its label (which subvold escapes as
+ * it escapes paths), or the first 8 hex digits of its UUID when it has
+ * none or shares it with another; blanks written \x20, as findmnt writes
+ * them, so that the columns still split on white space. */
+static char *fs_name(const Objects *o, const Fs *f) {
+        bool unique = f->label && *f->label;
+        char *name, *n;
+
+        for (size_t i = 0; unique && i < o->n_fss; i++)
+                unique = &o->fss[i] == f || !o->fss[i].label || !streq(o->fss[i].label, f->label);
+        if (!unique)
+                return strndup(f->uuid ? f->uuid : "", 8);
+        name = n = malloc(strlen(f->label) * 4 + 1);
+        for (const char *l = f->label; name && *l; l++)
+                n = *l == ' ' ? stpcpy(n, "\\x20") : (*n = *l, n + 1);
+        if (name)
+                *n = 0;
+        return name;
+}
+
 /* Every filesystem and subvolume, sorted by filesystem and id; on failure
  * a message, nothing kept, and the exit code, negative. */
 static int load_objects(sd_bus *bus, Objects *o) {
@@ -355,6 +375,12 @@ static int load_objects(sd_bus *bus, Objects *o) {
                         return r;
                 }
         }
+        for (size_t i = 0; i < o->n_fss; i++)
+                if (!(o->fss[i].name = fs_name(o, &o->fss[i]))) {
+                        objects_done(o);
+                        *o = (Objects) {};
+                        return -EXIT_FAILED;
+                }
         qsort(o->svs, o->n_svs, sizeof(Sv), cmp_sv);
         return 0;
 }
@@ -382,6 +408,13 @@ static const char *format_size(uint64_t v, char buf[static 32]) {
                 snprintf(buf, 32, "%" PRIu64 "B", v);
         else
                 snprintf(buf, 32, d < 10 ? "%.1f%c" : "%.0f%c", d < 10 ? ceil(d * 10) / 10 : ceil(d), units[u]);
+        return buf;
+}
+
+static const char *format_count(uint64_t v, char buf[static 32]) {
+        if (v == UNKNOWN)
+                return "-";
+        snprintf(buf, 32, "%" PRIu64, v);
         return buf;
 }
 
@@ -460,26 +493,6 @@ static int resolve_fs(sd_bus *bus, const Objects *o, const char *spec, char **re
         return -EXIT_NOT_FOUND;
 }
 
-/* The table's name for a filesystem: its label (which subvold escapes as
- * it escapes paths), or the first 8 hex digits of its UUID when it has
- * none or shares it with another; blanks written \x20, as findmnt writes
- * them, so that the columns still split on white space. */
-static char *fs_name(const Objects *o, const Fs *f) {
-        bool unique = f->label && *f->label;
-        char *name, *n;
-
-        for (size_t i = 0; unique && i < o->n_fss; i++)
-                unique = &o->fss[i] == f || !o->fss[i].label || !streq(o->fss[i].label, f->label);
-        if (!unique)
-                return strndup(f->uuid ? f->uuid : "", 8);
-        name = n = malloc(strlen(f->label) * 4 + 1);
-        for (const char *l = f->label; name && *l; l++)
-                n = *l == ' ' ? stpcpy(n, "\\x20") : (*n = *l, n + 1);
-        if (name)
-                *n = 0;
-        return name;
-}
-
 /* Columns @s takes on a terminal: one per character. */
 static int text_width(const char *s) {
         int n = 0;
@@ -498,13 +511,9 @@ static int cmd_list(sd_bus *bus, int argc, char **argv) {
         r = load_objects(bus, &o);
         if (r >= 0 && arg_fs)
                 r = resolve_fs(bus, &o, arg_fs, &fs);
-        for (size_t i = 0; r >= 0 && i < o.n_fss; i++) {
-                o.fss[i].name = fs_name(&o, &o.fss[i]);
-                if (!o.fss[i].name)
-                        r = -EXIT_FAILED;
-                else if ((!fs || streq(fs, o.fss[i].object)) && text_width(o.fss[i].name) > width)
+        for (size_t i = 0; r >= 0 && i < o.n_fss; i++)
+                if ((!fs || streq(fs, o.fss[i].object)) && text_width(o.fss[i].name) > width)
                         width = text_width(o.fss[i].name);
-        }
         if (r < 0) {
                 objects_done(&o);
                 return -r;
@@ -544,7 +553,7 @@ static int cmd_list(sd_bus *bus, int argc, char **argv) {
                 printf("%s%*s %-8" PRIu64 " %c%c    %10s %10s %10s  %s\n", name, width - text_width(name), "",
                        s->id, s->is_snapshot ? 'S' : '-',
                        s->read_only ? 'R' : '-', format_size(s->referenced, b1), format_size(s->exclusive, b2),
-                       s->inodes == UNKNOWN ? "-" : (snprintf(b3, sizeof b3, "%" PRIu64, s->inodes), b3),
+                       format_count(s->inodes, b3),
                        s->display_path);
         }
         if (arg_json)
@@ -688,13 +697,6 @@ static DfRow df_row(const Df *d) {
         };
 }
 
-static const char *format_count(uint64_t v, char buf[static 32]) {
-        if (v == UNKNOWN)
-                return "-";
-        snprintf(buf, 32, "%" PRIu64, v);
-        return buf;
-}
-
 static const char *format_percent(uint64_t v, char buf[static 32]) {
         if (v == UNKNOWN)
                 return "-";
@@ -827,11 +829,6 @@ static int cmd_df(sd_bus *bus, int argc, char **argv) {
         r = load_objects(bus, &o);
         if (r < 0)
                 return -r;
-        for (size_t i = 0; i < o.n_fss; i++)
-                if (!(o.fss[i].name = fs_name(&o, &o.fss[i]))) {
-                        objects_done(&o);
-                        return EXIT_FAILED;
-                }
         calls = calloc(o.n_svs + 1, sizeof(StatfsCall));  /* + 1: not NULL for none */
         if (!calls) {
                 objects_done(&o);
