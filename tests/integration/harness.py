@@ -665,6 +665,21 @@ _LIST_RE = re.compile(
     rb"received_uuid (\S+)\s+uuid (\S+) path (.*?)(?=\nID \d+ gen |\n?\Z)", re.S | re.M)
 
 
+def write_random(path, size):
+    """Incompressible data, so sizes on disk are predictable."""
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+
+
+def qgroup_show(mountpoint, unlimited=None):
+    """Level-0 qgroups as btrfs-progs reports them: id -> (rfer, excl,
+    max_rfer, max_excl), @unlimited where there is no limit."""
+    out = run("btrfs", "qgroup", "show", "--raw", "-r", "-e", mountpoint).decode()
+    num = lambda s: unlimited if s == "none" else int(s)
+    return {int(f[0][2:]): tuple(num(x) for x in f[1:5])
+            for f in (line.split() for line in out.splitlines()) if f and f[0].startswith("0/")}
+
+
 def btrfs_subvolume_list(mountpoint):
     """Every subvolume btrfs-progs lists (root only; top level excluded), by id.
     Paths are bytes relative to the top level."""

@@ -16,18 +16,12 @@ import urllib.request
 import xml.etree.ElementTree as ET
 
 from harness import (SOURCE_DIR, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase, btrfs_rootid, btrfs_subvolume_list,
-                     btrfs_subvolume_show, main, root_items, run, snapshot, subvolume_create, wait_for)
+                     btrfs_subvolume_show, main, qgroup_show, root_items, run, snapshot, subvolume_create,
+                     wait_for)
 
 SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 FILE_MANAGER = os.environ.get("SUBVOLD_FILE_MANAGER", "")
 UNKNOWN = 2**64 - 1
-
-
-def qgroup_show(mountpoint):
-    out = run("btrfs", "qgroup", "show", "--raw", "-r", "-e", mountpoint).decode()
-    num = lambda s: None if s == "none" else int(s)
-    return {int(f[0][2:]): tuple(num(x) for x in f[1:5])
-            for f in (line.split() for line in out.splitlines()) if f and f[0].startswith("0/")}
 
 
 def parse_metrics(text):

@@ -11,24 +11,11 @@ import json
 import os
 
 from harness import (ROOT, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus, Daemon,
-                     TestCase, btrfs_rootid, main, run, subvolume_create, wait_for)
+                     TestCase, btrfs_rootid, main, qgroup_show, run, subvolume_create, wait_for, write_random)
 
 SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 UNKNOWN = 2**64 - 1
 MiB = 1 << 20
-
-
-def write_random(path, size):
-    with open(path, "wb") as f:
-        f.write(os.urandom(size))
-
-
-def qgroup_show(mountpoint):
-    """Level-0 qgroups: id -> (rfer, excl, max_rfer, max_excl), None for no limit."""
-    out = run("btrfs", "qgroup", "show", "--raw", "-r", "-e", mountpoint).decode()
-    num = lambda s: None if s == "none" else int(s)
-    return {int(f[0][2:]): tuple(num(x) for x in f[1:5])
-            for f in (line.split() for line in out.splitlines()) if f and f[0].startswith("0/")}
 
 
 def expected_statfs(st, referenced, room=None):

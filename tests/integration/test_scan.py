@@ -20,7 +20,8 @@ import threading
 import time
 
 from harness import (ROOT, FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SUBVOLD, SUBVOLUME_IFACE, Btrfs, Bus, Daemon, TestCase,
-                     btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for)
+                     btrfs_rootid, btrfs_subvolume_list, main, run, snapshot, subvolume_create, wait_for,
+                     write_random)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -31,12 +32,6 @@ SYS_ioprio_get = {"x86_64": 252, "aarch64": 31, "i686": 290}[platform.machine()]
 IOPRIO_CLASS_BE, IOPRIO_CLASS_IDLE = 2, 3
 FICLONERANGE, FS_IOC_FIEMAP = 0x4020940D, 0xC020660B
 SANITIZED = "libasan" in run("ldd", SUBVOLD).decode()
-
-
-def write_random(path, size):
-    """Incompressible data, so sizes on disk are predictable."""
-    with open(path, "wb") as f:
-        f.write(os.urandom(size))
 
 
 def pwrite(path, offset, data):

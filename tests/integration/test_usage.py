@@ -10,7 +10,8 @@ import struct
 import subprocess
 
 from harness import (ROOT, GDBUS_CLIENT, MANAGER_IFACE, MANAGER_PATH, SUBVOLUME_IFACE, FS_IFACE, Btrfs, Bus, Churn, Daemon,
-                     TestCase, btrfs_rootid, main, run, snapshot, subvolume_create, wait_for)
+                     TestCase, btrfs_rootid, main, run, snapshot, subvolume_create, wait_for, write_random,
+                     qgroup_show as harness_qgroup_show)
 
 UNKNOWN = 2**64 - 1
 BTRFS_IOC_QUOTA_CTL = 0xC0109428  # _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
@@ -18,22 +19,9 @@ QUOTA_CTL_ENABLE_SIMPLE_QUOTA = 4
 USAGE_PROPS = ("ReferencedBytes", "ExclusiveBytes", "ReferencedLimitBytes", "ExclusiveLimitBytes")
 
 
-def write_random(path, size):
-    """Incompressible data, so sizes on disk are predictable."""
-    with open(path, "wb") as f:
-        f.write(os.urandom(size))
-
-
 def qgroup_show(mountpoint):
-    """Level-0 qgroups as btrfs-progs reports them: id -> (rfer, excl, max_rfer, max_excl)."""
-    out = run("btrfs", "qgroup", "show", "--raw", "-r", "-e", mountpoint).decode()
-    result = {}
-    for line in out.splitlines():
-        fields = line.split()
-        if fields and fields[0].startswith("0/"):
-            num = lambda s: UNKNOWN if s == "none" else int(s)
-            result[int(fields[0][2:])] = tuple(num(f) for f in fields[1:5])
-    return result
+    """btrfs-progs' level-0 qgroups, with UNKNOWN for no limit, as subvold publishes it."""
+    return harness_qgroup_show(mountpoint, unlimited=UNKNOWN)
 
 
 class UsageTest(TestCase):
