@@ -123,37 +123,72 @@ static int method_get_statfs_by_fd(sd_bus_message *message, void *userdata, sd_b
         return sd_bus_send(NULL, reply, NULL);
 }
 
-static int method_get_subvolume_by_path(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Manager *m = userdata;
+/* GetSubvolumeByPath and GetSubvolumeByPathBytes: @path is a C string
+ * shorter than PATH_MAX. */
+static int reply_subvolume_by_path(sd_bus_message *message, Manager *m, const char *path, sd_bus_error *error) {
+        _cleanup_free_ char *shown = display_escape(path);  /* errors are UTF-8 */
         Subvolume *sv = NULL;
+
+        if (!shown)
+                return -ENOMEM;
+        switch (model_resolve_path(m->model, path, &sv)) {
+        case RESOLVE_OK:
+                return reply_subvolume(message, sv);
+        case RESOLVE_INVALID:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                         "Path \"%s\" is not absolute; pass an absolute path.", shown);
+        case RESOLVE_NOT_BTRFS:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_BTRFS,
+                                         "Path \"%s\" is not on a btrfs filesystem.", shown);
+        case RESOLVE_NOT_FOUND:
+        default:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
+                                         "Path \"%s\" is on btrfs, but no subvolume in subvold's model "
+                                         "holds it; call Refresh() or try again later.", shown);
+        }
+}
+
+/* Refused before any work: resolving is linear in the length, but the bus
+ * allows strings of megabytes. */
+static int path_too_long(size_t len, sd_bus_error *error) {
+        return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                 "The path is %zu bytes long, longer than PATH_MAX (%d).", len, PATH_MAX);
+}
+
+static int method_get_subvolume_by_path(sd_bus_message *message, void *userdata, sd_bus_error *error) {
         const char *path;
         int r;
 
         r = sd_bus_message_read(message, "s", &path);
         if (r < 0)
                 return r;
-        /* Refused before any work: resolving is linear in the length, but
-         * the bus allows strings of megabytes. */
         if (strlen(path) >= PATH_MAX)
-                return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
-                                         "The path is %zu bytes long, longer than PATH_MAX (%d).", strlen(path),
-                                         PATH_MAX);
+                return path_too_long(strlen(path), error);
+        return reply_subvolume_by_path(message, userdata, path, error);
+}
 
-        switch (model_resolve_path(m->model, path, &sv)) {
-        case RESOLVE_OK:
-                return reply_subvolume(message, sv);
-        case RESOLVE_INVALID:
-                return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
-                                         "Path \"%s\" is not absolute; pass an absolute path.", path);
-        case RESOLVE_NOT_BTRFS:
-                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_BTRFS,
-                                         "Path \"%s\" is not on a btrfs filesystem.", path);
-        case RESOLVE_NOT_FOUND:
-        default:
-                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND,
-                                         "Path \"%s\" is on btrfs, but no subvolume in subvold's model "
-                                         "holds it; call Refresh() or try again later.", path);
-        }
+/* The same for a path of any bytes (ay, with or without the trailing NUL
+ * of GLib's bytestrings): the paths subvold publishes are ay, and a name
+ * that is not UTF-8 cannot be passed as s. */
+static int method_get_subvolume_by_path_bytes(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        char path[PATH_MAX];
+        const void *p;
+        size_t n;
+        int r;
+
+        r = sd_bus_message_read_array(message, 'y', &p, &n);
+        if (r < 0)
+                return r;
+        if (n > 0 && ((const char *) p)[n - 1] == 0)
+                n--;
+        if (n >= PATH_MAX)
+                return path_too_long(n, error);
+        if (memchr(p, 0, n))
+                return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                        "The path holds a NUL byte before its end.");
+        memcpy(path, p, n);
+        path[n] = 0;
+        return reply_subvolume_by_path(message, userdata, path, error);
 }
 
 /* Root only, checked from the credentials the bus vouches for: the bus
@@ -216,6 +251,8 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_get_statfs_by_fd, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetSubvolumeByPath", SD_BUS_ARGS("s", path), SD_BUS_RESULT("o", subvolume),
                                 method_get_subvolume_by_path, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetSubvolumeByPathBytes", SD_BUS_ARGS("ay", path), SD_BUS_RESULT("o", subvolume),
+                                method_get_subvolume_by_path_bytes, SD_BUS_VTABLE_UNPRIVILEGED),
         /* UNPRIVILEGED: we check ourselves, to answer with our own error. */
         SD_BUS_METHOD("Refresh", NULL, NULL, method_refresh, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,

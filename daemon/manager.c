@@ -298,6 +298,9 @@ int manager_start(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to set up exit-when-idle: %m");
         r = sd_bus_request_name(m->bus, SUBVOLD_BUS_NAME, 0);
+        if (r == -EEXIST)
+                return log_error_errno(r, "subvold is already running: another process owns " SUBVOLD_BUS_NAME
+                                       " on this bus.");
         if (r < 0)
                 return log_error_errno(r, "Failed to acquire the bus name " SUBVOLD_BUS_NAME ": %m");
 

@@ -493,8 +493,7 @@ const char *quota_mode_to_string(QuotaMode m) {
         return m >= 0 && m < _QUOTA_MODE_MAX ? quota_mode_table[m] : "disabled";
 }
 
-/* Length of the valid UTF-8 sequence at s, or 0 if it is not one. */
-static size_t utf8_sequence_length(const unsigned char *s) {
+size_t utf8_sequence_length(const unsigned char *s) {
         size_t len;
         uint32_t c;
 
@@ -521,7 +520,7 @@ static size_t utf8_sequence_length(const unsigned char *s) {
         return len;
 }
 
-char *display_escape(const char *s) {
+char *escape_text(const char *s, bool c1_controls, bool blanks) {
         const unsigned char *p = (const unsigned char *) s;
         char *out = malloc(strlen(s) * 4 + 1), *o = out;
 
@@ -529,10 +528,12 @@ char *display_escape(const char *s) {
                 return NULL;
         while (*p) {
                 size_t len = utf8_sequence_length(p);
+                /* U+0080 to U+009F, the C1 controls: 8-bit CSI and friends. */
+                bool c1 = c1_controls && len == 2 && p[0] == 0xc2 && p[1] < 0xa0;
 
-                if (len == 0 || (len == 1 && (*p < 0x20 || *p == 0x7f))) {
-                        o += sprintf(o, "\\x%02x", *p);
-                        p++;
+                if (len == 0 || c1 || (len == 1 && (*p < 0x20 || *p == 0x7f || (blanks && *p == ' ')))) {
+                        for (size_t i = 0; i < (c1 ? 2 : 1); i++)
+                                o += sprintf(o, "\\x%02x", *p++);
                 } else {
                         memcpy(o, p, len);
                         o += len;
@@ -541,4 +542,8 @@ char *display_escape(const char *s) {
         }
         *o = 0;
         return out;
+}
+
+char *display_escape(const char *s) {
+        return escape_text(s, false, false);
 }

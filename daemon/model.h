@@ -184,3 +184,9 @@ const char *quota_mode_to_string(QuotaMode m);
  * bytes that are not valid UTF-8, ASCII control characters and Unicode
  * noncharacters (which sd-bus refuses) are written as \xNN, byte by byte. */
 char *display_escape(const char *s);
+/* The same, and with @c1_controls U+0080 to U+009F too (terminals act on
+ * them), with @blanks spaces too. */
+char *escape_text(const char *s, bool c1_controls, bool blanks);
+/* The length of the valid UTF-8 sequence at @s (no noncharacters), or 0
+ * when it is not one. */
+size_t utf8_sequence_length(const unsigned char *s);

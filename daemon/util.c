@@ -1,14 +1,22 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <unistd.h>
+
 #include "util.h"
 
 int log_max_level = LOG_LEVEL_INFO;
 
 static void log_vprint(int level, int error, const char *format, va_list ap) {
+        /* The <N> syslog prefix keeps the level in the journal and in any
+         * file or pipe; a person at a terminal reads the text alone. */
+        static int prefix = -1;
         int saved = errno;
 
-        errno = error;  /* so that %m prints the error we were given */
         flockfile(stderr);  /* one line, also when the scanner thread logs */
-        fprintf(stderr, "<%d>", level);
+        if (prefix < 0)
+                prefix = !isatty(STDERR_FILENO);
+        errno = error;  /* so that %m prints the error we were given (isatty() may set errno) */
+        if (prefix)
+                fprintf(stderr, "<%d>", level);
         vfprintf(stderr, format, ap);
         fputc('\n', stderr);
         funlockfile(stderr);

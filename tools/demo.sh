@@ -90,12 +90,12 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 show btrfs subvolume list -p -u -q "$M"
-show "$BUILD/daemon/subvolctl" list
+show "$BUILD/subvolctl/subvolctl" list
 # df per subvolume, as ZFS has it for datasets: what each one uses, beside
 # plain df, which can only say what the whole filesystem uses.
 show df -h "$M" "$WORK/home"
-show "$BUILD/daemon/subvolctl" df
-show "$BUILD/daemon/subvolctl" df --all
+show "$BUILD/subvolctl/subvolctl" df
+show "$BUILD/subvolctl/subvolctl" df --all
 show btrfs filesystem du -s "$M/@home" "$M/@srv" "$M/@srv/photos 2026" "$M"/.snapshots/*
 show busctl --system tree $B
 show busctl --system introspect $B "$FS/5"

@@ -41,7 +41,7 @@ MUTATIONS = {
         "true",
         ["test_scale"]),
     "subvolctl-skips-the-last-page": (
-        "daemon/subvolctl.c",
+        "subvolctl/objects.c",
         "        } while (next != 0);\n        return 0;",
         "        } while (next != 0 && false);\n        return 0;",
         ["test_clients", "test_scale"]),
@@ -66,22 +66,22 @@ MUTATIONS = {
         "st.blocks_free = fs->blocks_free;",
         ["test_df"]),
     "df-unknown-usage-shown": (
-        "daemon/subvolctl.c",
+        "subvolctl/cmd-space.c",
         'bool known = d->source && !streq(d->source, "none");',
         "bool known = true;",
         ["test_df"]),
     "df-lists-unmounted": (
-        "daemon/subvolctl.c",
+        "subvolctl/cmd-space.c",
         "calls[i].wanted = arg_all || mount_point_of(&o, &o.svs[i]);",
         "calls[i].wanted = true;",
         ["test_df"]),
     "df-mounted-on-any-path": (
-        "daemon/subvolctl.c",
-        "const char *target = mounted ?: s->access_paths ? s->access_paths[0] : NULL;",
-        "const char *target = s->access_paths ? s->access_paths[0] : NULL;",
+        "subvolctl/cmd-space.c",
+        "const char *target = mounted ?: access && access[0] ? access[0] : NULL;",
+        "const char *target = access && access[0] ? access[0] : NULL;",
         ["test_df"]),
     "df-unknown-inodes-zero": (
-        "daemon/subvolctl.c",
+        "subvolctl/cmd-space.c",
         ".itotal = d->files ? d->files : UNKNOWN,",
         ".itotal = d->files,",
         ["test_df"]),
@@ -117,7 +117,7 @@ MUTATIONS = {
         "",
         ["test_files"]),
     "restore-overwrites": (
-        "daemon/subvolctl.c",
+        "subvolctl/cmd-files.c",
         "O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC",
         "O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC",
         ["test_files"]),
@@ -283,15 +283,15 @@ MUTATIONS = {
         '''SD_BUS_PROPERTY("ReferencedLimitBytes", "t", NULL, offsetof(Subvolume, usage.exclusive_limit)''',
         ["test_clients"]),
     "sizes-rounded-down": (
-        "daemon/subvolctl.c",
+        "subvolctl/output.c",
         "ceil(d * 10) / 10 : ceil(d)",
         "floor(d * 10) / 10 : floor(d)",
         ["test_clients"]),
     "df-rows-twice": (
-        "daemon/subvolctl.c",
-        "                if (calls[i].ok)\n                        print_df_row(&o, &o.svs[i], &calls[i].df, columns, n_columns, &first);\n",
-        "                if (calls[i].ok) {\n                        print_df_row(&o, &o.svs[i], &calls[i].df, columns, n_columns, &first);\n"
-        "                        print_df_row(&o, &o.svs[i], &calls[i].df, columns, n_columns, &first);\n                }\n",
+        "subvolctl/cmd-space.c",
+        "                if (calls[i].ok && df_add(&o, &o.svs[i], &calls[i].df, table, columns, n_columns) < 0)\n",
+        "                if (calls[i].ok && (df_add(&o, &o.svs[i], &calls[i].df, table, columns, n_columns) < 0 ||\n"
+        "                                    df_add(&o, &o.svs[i], &calls[i].df, table, columns, n_columns) < 0))\n",
         ["test_clients"]),
     "last-subvolume-unpublished": (
         "daemon/fs-btrfs.c",
@@ -303,6 +303,61 @@ MUTATIONS = {
         "                _cleanup_close_ int fd = -1;\n",
         "                int fd = -1;\n",
         ["test_daemon"]),
+    "terminal-escape-misses-c1": (
+        "daemon/model.c",
+        "bool c1 = c1_controls && len == 2 && p[0] == 0xc2 && p[1] < 0xa0;",
+        "bool c1 = false;",
+        ["test_subvolctl"]),
+    "show-prints-paths-raw": (
+        "subvolctl/schema.c",
+        "                                _cleanup_free_ char *e = term_escape(*l, false);\n                                printf(\"%s=%s\\n\", p->dbus, e ? e : \"?\");",
+        "                                char *e = *l;\n                                printf(\"%s=%s\\n\", p->dbus, e ? e : \"?\");",
+        ["test_subvolctl"]),
+    "json-paths-lossy": (
+        "subvolctl/output.c",
+        "        if (!*p) {\n                json_string(s);",
+        "        if (true) {\n                json_string(s);",
+        ["test_subvolctl"]),
+    "options-not-refused": (
+        "subvolctl/main.c",
+        "if (given & option_help[i].bit & ~command->options) {",
+        "if (given & option_help[i].bit & ~command->options & 0) {",
+        ["test_subvolctl"]),
+    "df-h-is-help": (
+        "subvolctl/main.c",
+        'if (df && !streq(argv[optind - 1], "--help"))',
+        "if (false)",
+        ["test_subvolctl"]),
+    "monitor-prints-every-property": (
+        "subvolctl/cmd-monitor.c",
+        "differs[i] = changed[i] && (!known || !value_equal(",
+        "differs[i] = changed[i] || (!known || !value_equal(",
+        ["test_subvolctl"]),
+    "metrics-path-on-values": (
+        "subvolctl/cmd-metrics.c",
+        '        prom_label(out, "id", id, false);\n}',
+        '        prom_label(out, "id", id, true);\n        prom_label(out, "path", obj_str(s, SV_DISPLAY_PATH), false);\n}',
+        ["test_subvolctl"]),
+    "metrics-file-written-in-place": (
+        "subvolctl/cmd-metrics.c",
+        "        fd = mkostemp(tmp, O_CLOEXEC);",
+        "        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), strcpy(tmp, path);",
+        ["test_subvolctl"]),
+    "log-prefix-on-a-terminal": (
+        "daemon/util.c",
+        "prefix = !isatty(STDERR_FILENO);",
+        "prefix = 1;",
+        ["test_subvolctl"]),
+    "introspect-lists-grandchildren": (
+        "daemon/bus-objects.c",
+        "        if (!model)\n                return 0;\n        if (streq(prefix, SUBVOLD_FS_PREFIX)) {",
+        "        if (!model || true)\n                return 0;\n        if (streq(prefix, SUBVOLD_FS_PREFIX)) {",
+        ["test_subvolctl"]),
+    "path-bytes-keeps-a-nul": (
+        "daemon/bus-manager.c",
+        "        if (memchr(p, 0, n))",
+        "        if (false)",
+        ["test_subvolctl"]),
 }
 
 

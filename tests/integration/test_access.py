@@ -83,6 +83,7 @@ class AccessTest(TestCase):
             return None if out.startswith("ok") else out.split()[1]
         args = {
             (MANAGER_IFACE, "GetSubvolumeByPath"): [f"{self.mnt}/vol/file"],
+            (MANAGER_IFACE, "GetSubvolumeByPathBytes"): [f"b'{self.mnt}/vol/file'"],
             (MANAGER_IFACE, "Refresh"): [],
             (FS_IFACE, "GetSubvolumes"): ["uint64 0", "uint32 100"],
             (SUBVOLUME_IFACE, "GetStatfs"): [],

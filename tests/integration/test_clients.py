@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import threading
+import time
 import urllib.request
 import xml.etree.ElementTree as ET
 
@@ -98,14 +99,14 @@ class ClientsTest(DaemonTest):
         # The table, with exact bytes and with IEC sizes.
         out = self.ctl("--bytes", "list", "--fs", self.fs.uuid)[0].splitlines()
         self.assertEqual(out[0].split(), ["FILESYSTEM", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH"])
-        row = next(l.split() for l in out[1:] if l.split()[1] == str(btrfs_rootid(f"{self.mnt}/snap-ro")))
+        row = next(l.split() for l in out[1:] if l.split()[1:2] == [str(btrfs_rootid(f"{self.mnt}/snap-ro"))])
         self.assertEqual(row[0], "data")
         self.assertEqual(row[2], "SR")
         self.assertEqual(int(row[3]), quota[int(row[1])][0])
         self.assertEqual(row[6], "/snap-ro")
         human = self.ctl("list", "--fs", self.fs.uuid)[0].splitlines()
         vol = btrfs_rootid(f"{self.mnt}/vol")
-        row = next(l.split() for l in human[1:] if l.split()[1] == str(vol))
+        row = next(l.split() for l in human[1:] if l.split()[1:2] == [str(vol)])
         # Sizes as `df -h` gives them: rounded up, one decimal below 10.
         self.assertEqual(row[3], run("numfmt", "--to=iec", "--round=up", str(quota[vol][0])).decode().strip())
 
@@ -142,7 +143,7 @@ class ClientsTest(DaemonTest):
     def test_show(self):
         snap = f"{self.mnt}/snap-ro"
         sid = btrfs_rootid(snap)
-        out = self.ctl("show", snap)[0]
+        out = self.ctl("--bytes", "show", snap)[0]
         props = dict(line.split("=", 1) for line in out.splitlines())
         with open(os.path.join(SOURCE_DIR, "dbus", "org.subvold.Subvold1.xml")) as f:
             contract = {p.get("name") for i in ET.fromstring(f.read()).iter("interface")
@@ -159,15 +160,24 @@ class ClientsTest(DaemonTest):
                     "Generation": item["generation"], "ChangeGeneration": item["ctransid"],
                     "CreationTime": item["otime_usec"], "ReferencedBytes": rfer, "ExclusiveBytes": excl,
                     "ReferencedLimitBytes": max_rfer, "ExclusiveLimitBytes": max_excl}
-        self.assertEqual({k: props[k] for k in expected},
-                         {k: ("yes" if v else "no") if isinstance(v, bool) else str(v) for k, v in expected.items()})
+        # As people read them: "-" for no UUID, "infinity" for no limit, a date.
+        text = {k: ("yes" if v else "no") if isinstance(v, bool) else "-" if v == "" else
+                "infinity" if v == UNKNOWN and k.endswith("LimitBytes") else str(v) for k, v in expected.items()}
+        text["CreationTime"] = time.strftime("%a %Y-%m-%d %H:%M:%S %Z", time.localtime(item["otime_usec"] // 10**6))
+        self.assertEqual({k: props[k] for k in expected}, text)
+        # JSON: the schema's names, null for none and for no limit.
         shown = json.loads(self.ctl("--json", "show", props["Object"])[0])
-        shown["Path"] = bytes(shown["Path"][:-1]).decode()
-        self.assertEqual({k: shown[k] for k in expected}, expected)
+        names = {"Id": "id", "ParentId": "parent_id", "Path": "path", "Uuid": "uuid", "ParentUuid": "parent_uuid",
+                 "ReceivedUuid": "received_uuid", "IsSnapshot": "snapshot", "ReadOnly": "read_only",
+                 "Generation": "generation", "ChangeGeneration": "change_generation",
+                 "CreationTime": "creation_time", "ReferencedBytes": "referenced", "ExclusiveBytes": "exclusive",
+                 "ReferencedLimitBytes": "referenced_limit", "ExclusiveLimitBytes": "exclusive_limit"}
+        self.assertEqual({names[k]: shown[names[k]] for k in expected},
+                         {names[k]: None if v in ("", UNKNOWN) else v for k, v in expected.items()})
 
     def test_exit_codes_and_messages(self):
         _, err = self.ctl("df", "/proc/self/status", rc=4)
-        self.assertIn("not refer to a file on a btrfs", err)
+        self.assertEqual("/proc/self/status is not on a btrfs filesystem.\n", err)
         self.ctl("show", f"{self.fs.object_path}/99999", rc=5)
         self.ctl("list", "--fs", "00000000-0000-0000-0000-000000000000", rc=5)
         self.ctl("frobnicate", rc=2)
@@ -203,7 +213,8 @@ class ClientsTest(DaemonTest):
         # until subvold publishes it, so that the next is a change of its own.
         flips = iter([True, False] * 100)
         snap_rw = f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/snap-rw')}"
-        changes = lambda: [e["properties"] for e in seen() if e["event"] == "changed" and e["object"] == snap_rw]
+        changes = lambda: [e["properties"] for e in seen() if e["event"] == "changed" and e["object"] == snap_rw
+                           and "read_only" in e["properties"]]
 
         def flip_and_look():
             if changes():
@@ -215,11 +226,12 @@ class ClientsTest(DaemonTest):
 
         wait_for(flip_and_look, "monitor to report a change", timeout=120)
         subvolume_create(f"{self.mnt}/new")
-        added = {"event": "added", "object": f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/new')}"}
-        wait_for(lambda: added in seen(), "monitor to report the new subvolume")
+        added = ("added", f"{self.fs.object_path}/{btrfs_rootid(self.mnt + '/new')}", "/new")
+        wait_for(lambda: added in [(e["event"], e["object"], e["properties"]["path"]) for e in seen()
+                                   if e["event"] == "added"], "monitor to report the new subvolume")
         # What the last change reports is the kernel's flag (its last flip).
         kernel = run("btrfs", "property", "get", "-ts", f"{self.mnt}/snap-rw", "ro").decode().strip()
-        wait_for(lambda: f"ro={str(changes()[-1]['ReadOnly']).lower()}" == kernel,
+        wait_for(lambda: f"ro={str(changes()[-1]['read_only']).lower()}" == kernel,
                  f"the monitor to report {kernel}")
         mon.terminate()
         self.assertEqual(mon.wait(10), 0)
@@ -262,7 +274,7 @@ class ClientsTest(DaemonTest):
         served = parse_metrics(scraped["text"])
         vol = str(btrfs_rootid(f"{self.mnt}/vol"))
         key = ("subvold_subvolume_referenced_limit_bytes",
-               frozenset({("uuid", self.fs.uuid), ("id", vol), ("path", "/vol"), ("snapshot", "false")}))
+               frozenset({("uuid", self.fs.uuid), ("id", vol)}))
         self.assertEqual(served[key], 200 << 20)
         for sample, value in samples.items():
             self.assertEqual(served.get(sample), value, sample)
@@ -308,6 +320,8 @@ class FilesystemColumnTest(DaemonTest):
                  "twin1": fss["twin1"].uuid[:8], "twin2": fss["twin2"].uuid[:8]}
         lines = self.ctl("list")[0].splitlines()
         self.assertEqual(lines[0].split()[:2], ["FILESYSTEM", "ID"])
+        self.assertEqual(lines[-1], f"{len(lines) - 3} subvolumes listed. FLAGS: S snapshot, R read-only.")
+        lines = lines[:-2]
         self.assertEqual({(l.split()[0], int(l.split()[1]), l.split()[-1]) for l in lines[1:]},
                          {(shown[n], i, p) for n in fss for i, p in [(5, "/"), (self.vol[n], "/vol")]})
         self.assertEqual(len({len(re.match(r"\S+\s+", l)[0]) for l in lines}), 1, "columns must line up")

@@ -144,7 +144,7 @@ class DfTest(TestCase):
         header, rows = self.table("--bytes", "--output=subvolume,fs,source,used,target", "--all")
         self.assertEqual(header, ["SUBVOLUME", "FILESYSTEM", "SOURCE", "USED", "MOUNTED", "ON"])
         self.assertEqual(rows["/home"], ["/home", "data", "scan", str(3 * MiB), self.mnt + "/home"])
-        self.assertIn("Unknown df column", self.bus.run(SUBVOLCTL, "df", "--output=size,nosuch").stderr.decode())
+        self.assertIn("Unknown column", self.bus.run(SUBVOLCTL, "df", "--output=size,nosuch").stderr.decode())
         self.ctl("df", "--output=size,nosuch", rc=2)
 
         # By fd: the same rules, the filesystem's figures read fresh.
