@@ -69,11 +69,20 @@ const Schema subvolume_schema = { SUBVOLD_IFACE_SUBVOLUME, "subvolume", subvolum
 const Schema filesystem_schema = { SUBVOLD_IFACE_FS, "filesystem", filesystem_properties, _FS_MAX };
 const Schema identity_schema = { NULL, "identity", identity_properties, ELEMENTSOF(identity_properties) };
 
-static void value_clear(Value *v) {
-        free(v->s);
-        strv_free(v->l);
+static bool kind_is_string(Kind kind) {
+        return kind == KIND_STRING || kind == KIND_UUID || kind == KIND_OBJECT || kind == KIND_FILESYSTEM ||
+               kind == KIND_PATH;
+}
+
+void value_clear(Value *v, Kind kind) {
+        if (kind_is_string(kind))
+                free(v->s);
+        else if (kind == KIND_PATHS)
+                strv_free(v->l);
         /* Absent (an older subvold): unknown. */
-        *v = (Value) { .u = UINT64_MAX };
+        *v = (Value) {};
+        if (!kind_is_string(kind) && kind != KIND_PATHS)
+                v->u = UINT64_MAX;
 }
 
 int object_init(Object *o, const Schema *schema, const char *path) {
@@ -83,13 +92,13 @@ int object_init(Object *o, const Schema *schema, const char *path) {
                 return -ENOMEM;
         }
         for (size_t i = 0; i < schema->n; i++)
-                value_clear(&o->values[i]);
+                value_clear(&o->values[i], schema->properties[i].kind);
         return 0;
 }
 
 void object_done(Object *o) {
         for (size_t i = 0; o->values && i < o->schema->n; i++)
-                value_clear(&o->values[i]);
+                value_clear(&o->values[i], o->schema->properties[i].kind);
         free(o->values);
         free(o->path);
         free(o->name);
@@ -117,7 +126,7 @@ static int read_value(sd_bus_message *m, Value *v, Kind kind) {
         const char *s;
         int r, b;
 
-        value_clear(v);
+        value_clear(v, kind);
         v->set = true;
         if (kind == KIND_PATH)
                 return read_bytestring(m, &v->s);
@@ -198,14 +207,19 @@ int object_read(Object *o, sd_bus_message *m, bool *changed) {
 }
 
 bool value_equal(const Value *a, const Value *b, Kind kind) {
-        if (a->set != b->set || a->u != b->u || a->d != b->d)
+        if (a->set != b->set)
                 return false;
-        if (!a->s != !b->s || (a->s && !streq(a->s, b->s)))
-                return false;
-        for (size_t i = 0; a->l && b->l && (a->l[i] || b->l[i]); i++)
-                if (!a->l[i] || !b->l[i] || !streq(a->l[i], b->l[i]))
-                        return false;
-        return !a->l == !b->l;
+        if (kind_is_string(kind))
+                return !a->s == !b->s && (!a->s || streq(a->s, b->s));
+        if (kind == KIND_PATHS) {
+                size_t i = 0;
+
+                for (; a->l && b->l && a->l[i] && b->l[i]; i++)
+                        if (!streq(a->l[i], b->l[i]))
+                                return false;
+                return (!a->l || !a->l[i]) && (!b->l || !b->l[i]);
+        }
+        return kind == KIND_RATIO ? a->d == b->d : a->u == b->u;
 }
 
 char *value_to_text(const Value *v, Kind kind) {

@@ -83,12 +83,16 @@ enum {
 
 extern const Schema subvolume_schema, filesystem_schema, identity_schema;
 
+/* One property's value; which member holds it is its Kind's business.
+ * Small: list keeps one per property of every subvolume. */
 typedef struct Value {
         bool set;
-        uint64_t u;    /* t, b */
-        double d;      /* d */
-        char *s;       /* s, o, ay (without its NUL) */
-        char **l;      /* aay */
+        union {
+                uint64_t u;    /* t, b; UINT64_MAX while not set */
+                double d;      /* d */
+                char *s;       /* s, o, ay (without its NUL); NULL while not set */
+                char **l;      /* aay */
+        };
 } Value;
 
 /* One object of subvold's: a subvolume or a filesystem. */
@@ -105,6 +109,7 @@ void object_done(Object *o);
  * With @changed, the indexes read are set there. */
 int object_read(Object *o, sd_bus_message *m, bool *changed);
 bool value_equal(const Value *a, const Value *b, Kind kind);
+void value_clear(Value *v, Kind kind);
 
 static inline uint64_t obj_u64(const Object *o, size_t i) {
         return o->values[i].u;

@@ -217,6 +217,21 @@ class SubvolctlTest(TestCase):
         self.assertEqual(len({l.index("/") for l in table[1:]}), 1, "PATH must start in one column:\n" +
                          "\n".join(table))
 
+    def test_help_and_man_page_agree(self):
+        """Every command and option the help names, the man page
+        describes, and the other way round."""
+        with open(MAN_PAGE) as f:
+            man = f.read().replace("\\-", "-")
+        section = lambda name: man.split(f".SH {name}\n", 1)[1].split("\n.SH ", 1)[0]
+        man_commands = {re.match(r"(?:\\fB|\.B )([a-z]+)", tp)[1] for tp in section("COMMANDS").split(".TP\n")[1:]}
+        help_text = self.ctl("help")[0].decode()
+        commands = set(re.findall(r"^  ([a-z]+)", help_text.split("Commands:\n", 1)[1].split("\n\n", 1)[0], re.M))
+        self.assertEqual(commands - {"help"}, man_commands)
+        options = set(re.findall(r"--[a-z][a-z-]*", help_text))
+        for command in commands - {"help"}:
+            options |= set(re.findall(r"--[a-z][a-z-]*", self.ctl("help", command)[0].decode()))
+        self.assertEqual(options, set(re.findall(r"--[a-z][a-z-]*", section("OPTIONS"))))
+
     def test_pager(self):
         """On a terminal, output goes through $SUBVOLCTL_PAGER; --no-pager,
         or not a terminal, and it does not."""
