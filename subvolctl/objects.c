@@ -261,7 +261,8 @@ int resolve_fs(sd_bus *bus, const Objects *o, const char *spec, const Object **r
         }
         if (match)
                 return *ret = match, 0;
-        if (spec[0] == '/' && !path_startswith(spec, SUBVOLD_MANAGER_PATH)) {
+        /* Any other existing path: the filesystem it is on. */
+        if (!path_startswith(spec, SUBVOLD_MANAGER_PATH) && access(spec, F_OK) == 0) {
                 _cleanup_free_ char *sv = NULL;
                 const Object *s;
                 int r = subvolume_of_path(bus, spec, &sv);

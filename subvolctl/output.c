@@ -177,6 +177,10 @@ void json_bool(bool b) {
 }
 
 void json_double(double d) {
+        if (!isfinite(d)) {  /* JSON has no NaN */
+                json_null();
+                return;
+        }
         json_separate();
         printf("%.17g", d);
 }

@@ -90,6 +90,7 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 show btrfs subvolume list -p -u -q "$M"
+show "$BUILD/subvolctl/subvolctl" filesystems
 show "$BUILD/subvolctl/subvolctl" list
 # df per subvolume, as ZFS has it for datasets: what each one uses, beside
 # plain df, which can only say what the whole filesystem uses.
