@@ -167,11 +167,21 @@ class SubvolctlTest(TestCase):
         # Monitor events: their own fields, and the subvolume's without object.
         with self.monitor("--json") as mon:
             subvolume_create(f"{self.mnt}/new")
-            event = mon.wait(lambda l: json.loads(l)["event"] == "added", "the added event")
-        event = json.loads(event)
-        self.assertEqual(set(event), schema["Monitor events"] - {"old"})
-        self.assertEqual(set(event["properties"]), subvolume - {"object"})
-        self.assertEqual(event["properties"]["path"], "/new")
+            added = json.loads(mon.wait(lambda l: json.loads(l)["event"] == "added", "the added event"))
+            os.rename(f"{self.mnt}/new", f"{self.mnt}/renamed")
+            changed = json.loads(mon.wait(lambda l: json.loads(l)["event"] == "changed" and
+                                          json.loads(l)["object"] == added["object"], "the rename"))
+            run("btrfs", "subvolume", "delete", f"{self.mnt}/renamed")
+            removed = json.loads(mon.wait(lambda l: json.loads(l)["event"] == "removed", "the deletion"))
+        self.assertEqual(set(added), schema["Monitor events"] - {"old"})
+        self.assertEqual(set(added["properties"]), subvolume - {"object"})
+        self.assertEqual(added["properties"]["path"], "/new")
+        self.assertEqual(set(changed), schema["Monitor events"])
+        self.assertEqual(set(changed["properties"]), set(changed["old"]))
+        self.assertLessEqual(set(changed["properties"]), subvolume - {"object"})
+        self.assertEqual((changed["old"]["path"], changed["properties"]["path"]), ("/new", "/renamed"))
+        self.assertEqual(set(removed), schema["Monitor events"] - {"old"})
+        self.assertEqual((removed["object"], removed["properties"]["path"]), (added["object"], "/renamed"))
 
     def test_json_modes(self):
         short = self.ctl("--json=short", "list")[0]
