@@ -192,6 +192,28 @@ def _retry_on_lock(*args):
         raise AssertionError(f"{args!r} failed ({p.returncode}): {p.stderr.decode(errors='replace')}")
 
 
+def _kill_user_processes(uid):
+    def remaining():
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    pids.append(int(pid))
+            except FileNotFoundError:
+                pass
+        return pids
+
+    def gone():
+        for pid in remaining():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return not remaining()
+
+    wait_for(gone, f"the processes of uid {uid} to end")
+
+
 class Group:
     """A local group, removed after the test."""
     _count = 0
@@ -219,6 +241,10 @@ class User:
         test.stack.callback(_retry_on_lock, "userdel", self.name)
         pw = pwd.getpwnam(self.name)
         self.uid, self.gid = pw.pw_uid, pw.pw_gid
+        # Before userdel (the stack runs backwards): whatever the user's
+        # processes started and left behind (a desktop session's helpers)
+        # goes too, or userdel refuses.
+        test.stack.callback(_kill_user_processes, self.uid)
         self.groups = os.getgrouplist(self.name, self.gid)
 
     def process_args(self):

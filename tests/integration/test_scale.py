@@ -211,7 +211,7 @@ class SizeBoundTest(BusTestCase):
         self.assertTrue(answers[0].startswith("reply"), answers)
         self.assertTrue(multipage, "subvold never had to shorten a page")
         rows = json.loads(as_user(self.bus, SUBVOLCTL, "--json", "list"))
-        self.assertEqual({r["id"]: r["path"] for r in rows},
+        self.assertEqual({r["id"]: r["display_path"] for r in rows},
                          {i: display_path(p) for i, p in self.expected_paths().items()})
         print(f"{made} subvolumes, GetManagedObjects answers: {' '.join(answers)}", flush=True)
 

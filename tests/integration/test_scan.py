@@ -895,11 +895,22 @@ class ScanTest(ScanTestCase):
             self.assertIn(f"Invalid {bad.split('=')[0]} value".encode(), proc.stderr)
 
     def scanner_thread(self, daemon):
-        for tid in os.listdir(f"/proc/{daemon.proc.pid}/task"):
-            with open(f"/proc/{daemon.proc.pid}/task/{tid}/comm") as f:
-                if f.read().strip() == "subvold-scan":
-                    return int(tid)
-        self.fail("no thread named subvold-scan")
+        """The scanner thread, once it has named itself (it may not have
+        at READY=1)."""
+        found = []
+
+        def named():
+            for tid in os.listdir(f"/proc/{daemon.proc.pid}/task"):
+                try:
+                    with open(f"/proc/{daemon.proc.pid}/task/{tid}/comm") as f:
+                        if f.read().strip() == "subvold-scan":
+                            found.append(int(tid))
+                except FileNotFoundError:
+                    pass
+            return found
+
+        wait_for(named, "a thread named subvold-scan")
+        return found[0]
 
     def priorities(self, tid):
         """(nice, I/O class, I/O level) of thread @tid, from the kernel."""
