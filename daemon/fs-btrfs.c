@@ -667,6 +667,9 @@ static int root_tree_item(const struct btrfs_ioctl_search_header *h, const void 
                 len = le16toh(ref.name_len);
                 if (len == 0 || len > h->len - sizeof ref)
                         return 0;  /* malformed: left unlinked */
+                /* A name refused below leaves the entry unlinked, and a
+                 * next back reference may try again. */
+                free(last->name);
                 last->name = strndup((const char *) data + sizeof ref, len);
                 if (!last->name)
                         return -ENOMEM;

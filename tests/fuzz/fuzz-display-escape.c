@@ -36,10 +36,8 @@ static bool acceptable(const unsigned char *s) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-        _cleanup_free_ char *s = strndup((const char *) data, size), *out = NULL, *again = NULL;
+        _cleanup_free_ char *s = fuzz_string(data, size), *out = NULL, *again = NULL;
 
-        if (!s)
-                abort();
         out = display_escape(s);
         if (!out || !acceptable((const unsigned char *) out) || strlen(out) > 4 * strlen(s))
                 abort();

@@ -20,10 +20,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static char *next_part(FuzzInput *in) {
         const uint8_t *nul = memchr(in->p, 0, in->left);
         size_t n = nul ? (size_t) (nul - in->p) : in->left;
-        char *s = strndup((const char *) in->p, n);
+        char *s = fuzz_string(in->p, n);
 
-        if (!s)
-                abort();
         in->p += n + !!nul, in->left -= n + !!nul;
         return s;
 }

@@ -80,3 +80,13 @@ uint64_t fuzz_take(FuzzInput *in, size_t n) {
                 }
         return v;
 }
+
+char *fuzz_string(const uint8_t *p, size_t n) {
+        char *s = malloc(n + 1);
+
+        if (!s)
+                abort();
+        memcpy(s, p, n);
+        s[n] = 0;
+        return s;
+}

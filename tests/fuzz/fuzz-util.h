@@ -32,3 +32,7 @@ typedef struct FuzzInput {
 } FuzzInput;
 
 uint64_t fuzz_take(FuzzInput *in, size_t n);
+
+/* The @n bytes at @p and a NUL, in a new string (aborts without memory).
+ * Not strndup(): ASan's strict_string_checks reads it past @n. */
+char *fuzz_string(const uint8_t *p, size_t n);

@@ -7,5 +7,6 @@
 set -eu
 target=$1 seeds=$2 work=$3 seconds=$4
 mkdir -p "$work/corpus"
-exec "$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+# -error_exitcode: libFuzzer's default, 77, is meson's "skipped".
+exec "$target" -max_total_time="$seconds" -error_exitcode=1 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 	-artifact_prefix="$work/" "$work/corpus" "$seeds"
