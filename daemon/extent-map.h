@@ -68,7 +68,8 @@ typedef struct ExtentIter {
 } ExtentIter;
 
 static inline ExtentIter extent_iter(const ExtentUser *u) {
-        return (ExtentIter) { .p = u->packed, .end = u->packed + u->packed_size };
+        /* A new user has no list yet: NULL + 0 is undefined in C. */
+        return (ExtentIter) { .p = u->packed, .end = u->packed ? u->packed + u->packed_size : NULL };
 }
 
 /* The next extent into *@ret; false at the end or at bad data. */

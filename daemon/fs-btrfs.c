@@ -149,6 +149,13 @@ void btrfs_search_buffer_done(TreeSearchBuffer *b) {
 
 typedef int (*tree_item_t)(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata);
 
+/* Weak: the fuzz targets (tests/fuzz/) link their own, which answers with
+ * crafted buffers, so that all that follows runs on them as it does on the
+ * kernel's answers. */
+__attribute__((weak)) int btrfs_tree_search_ioctl(int fd, struct btrfs_ioctl_search_args_v2 *args) {
+        return ioctl(fd, BTRFS_IOC_TREE_SEARCH_V2, args) < 0 ? -errno : 0;
+}
+
 /* A key of a btrfs tree, in CPU byte order. */
 typedef struct TreeKey {
         uint64_t objectid;
@@ -191,14 +198,21 @@ static int tree_search(int fd, TreeSearchBuffer *buf, uint64_t tree_id, TreeKey 
 
                 args->key.nr_items = UINT32_MAX;
                 args->buf_size = SEARCH_BUF_SIZE;
-                if (ioctl(fd, BTRFS_IOC_TREE_SEARCH_V2, args) < 0)
-                        return -errno;
+                r = btrfs_tree_search_ioctl(fd, args);
+                if (r < 0)
+                        return r;
                 if (args->key.nr_items == 0)
                         return 0;
                 for (uint32_t i = 0; i < args->key.nr_items; i++) {
                         /* Items follow each other unaligned: copy the header
-                         * out; @item copies what it reads of the data. */
+                         * out; @item copies what it reads of the data.  An
+                         * answer that runs past the buffer is refused, not
+                         * read past. */
+                        if (SEARCH_BUF_SIZE - off < sizeof(hdr))
+                                return -EIO;
                         memcpy(&hdr, args->buf + off, sizeof(hdr));
+                        if (hdr.len > SEARCH_BUF_SIZE - off - sizeof(hdr))
+                                return -EIO;
                         r = item(&hdr, args->buf + off + sizeof(hdr), userdata);
                         if (r != 0)
                                 return r < 0 ? r : 0;  /* positive: found what it wanted */
@@ -653,6 +667,9 @@ static int root_tree_item(const struct btrfs_ioctl_search_header *h, const void 
                 len = le16toh(ref.name_len);
                 if (len == 0 || len > h->len - sizeof ref)
                         return 0;  /* malformed: left unlinked */
+                /* A name refused below leaves the entry unlinked, and a
+                 * next back reference may try again. */
+                free(last->name);
                 last->name = strndup((const char *) data + sizeof ref, len);
                 if (!last->name)
                         return -ENOMEM;
@@ -730,7 +747,7 @@ static int root_tree_resolve(int fd, RootTree *t, RootEntry *e) {
         return 0;
 }
 
-static int btrfs_read_subvolumes(int fd, Filesystem *fs) {
+int btrfs_read_subvolumes(int fd, Filesystem *fs) {
         _cleanup_(root_tree_done) RootTree t = {};
         RootEntry *top;
         size_t skipped = 0;

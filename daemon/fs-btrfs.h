@@ -84,6 +84,14 @@ int btrfs_read_statfs(int fd, StatfsInfo *ret);
  * left out (one warning), not the filesystem. */
 int btrfs_read_filesystem(int fd, Filesystem *fs);
 
+/* The subvolumes part of btrfs_read_filesystem(): the root tree's items
+ * and each subvolume's path. */
+int btrfs_read_subvolumes(int fd, Filesystem *fs);
+
+/* BTRFS_IOC_TREE_SEARCH_V2 on @fd: 0 or a negative errno.  Every tree
+ * search above goes through it (the fuzz targets replace it). */
+int btrfs_tree_search_ioctl(int fd, struct btrfs_ioctl_search_args_v2 *args);
+
 /* Reads the quota tree (CAP_SYS_ADMIN): the quota mode and consistency
  * into @fs, and each level-0 qgroup's figures into the usage of the
  * subvolume with that id (subvolumes must be indexed).  Subvolumes without

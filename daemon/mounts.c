@@ -119,9 +119,44 @@ static int statmount_one(uint64_t id, struct statmount_compat **buf, size_t *siz
         }
 }
 
-static char *statmount_string(const struct statmount_compat *sm, uint64_t bit, uint32_t offset) {
-        /* An empty string's bit is cleared: treat that as "". */
-        return strdup(sm->mask & bit ? sm->str + offset : "");
+/* The string at @offset of @sm's strings, or "" when its @bit is clear
+ * (the kernel clears it for an empty string); NULL with errno EBADMSG
+ * when it does not end inside the @size bytes of @sm. */
+static char *statmount_string(const struct statmount_compat *sm, size_t size, uint64_t bit, uint32_t offset) {
+        size_t room = size - sizeof(*sm);
+
+        if (!(sm->mask & bit))
+                return strdup("");
+        if (offset >= room || !memchr(sm->str + offset, 0, room - offset)) {
+                errno = EBADMSG;
+                return NULL;
+        }
+        return strdup(sm->str + offset);
+}
+
+int mount_from_statmount(const struct statmount_compat *sm, size_t size, Mount *ret) {
+        Mount m = {};
+
+        if (size < sizeof(*sm))
+                return -EBADMSG;
+        m.id = sm->mnt_id;
+        m.parent_id = sm->mnt_parent_id;
+        m.dev_major = sm->sb_dev_major;
+        m.dev_minor = sm->sb_dev_minor;
+        m.master = sm->mnt_master;
+        m.is_btrfs = sm->sb_magic == BTRFS_SUPER_MAGIC;
+        m.fstype = statmount_string(sm, size, STATMOUNT_FS_TYPE_COMPAT, sm->fs_type);
+        m.source = m.fstype ? statmount_string(sm, size, STATMOUNT_SB_SOURCE_COMPAT, sm->sb_source) : NULL;
+        m.root = m.source ? statmount_string(sm, size, STATMOUNT_MNT_ROOT_COMPAT, sm->mnt_root) : NULL;
+        m.point = m.root ? statmount_string(sm, size, STATMOUNT_MNT_POINT_COMPAT, sm->mnt_point) : NULL;
+        if (!m.point) {
+                int r = errno == EBADMSG ? -EBADMSG : -ENOMEM;
+
+                mount_done(&m);
+                return r;
+        }
+        *ret = m;
+        return 0;
 }
 
 static int mount_table_read_listmount(MountTable *ret) {
@@ -159,21 +194,9 @@ static int mount_table_read_listmount(MountTable *ret) {
                         continue;  /* unmounted since listmount() */
                 if (r < 0)
                         goto fail;
-                m.id = sm->mnt_id;
-                m.parent_id = sm->mnt_parent_id;
-                m.dev_major = sm->sb_dev_major;
-                m.dev_minor = sm->sb_dev_minor;
-                m.master = sm->mnt_master;
-                m.is_btrfs = sm->sb_magic == BTRFS_SUPER_MAGIC;
-                m.fstype = statmount_string(sm, STATMOUNT_FS_TYPE_COMPAT, sm->fs_type);
-                m.source = statmount_string(sm, STATMOUNT_SB_SOURCE_COMPAT, sm->sb_source);
-                m.root = statmount_string(sm, STATMOUNT_MNT_ROOT_COMPAT, sm->mnt_root);
-                m.point = statmount_string(sm, STATMOUNT_MNT_POINT_COMPAT, sm->mnt_point);
-                if (!m.fstype || !m.source || !m.root || !m.point) {
-                        mount_done(&m);
-                        r = -ENOMEM;
+                r = mount_from_statmount(sm, sm_size, &m);
+                if (r < 0)
                         goto fail;
-                }
                 r = mount_table_add(&t, &m);
                 if (r < 0)
                         goto fail;
@@ -339,8 +362,10 @@ const Mount *mount_table_resolve(const MountTable *t, const char *path, const ch
         cur = &t->mounts[t->root_index];
         /* Walk down the mount tree: at each step, the child mount with the
          * longest mount point above @path.  Mounts stacked on one mount
-         * point are each other's children, so the walk ends on the top one. */
-        for (;;) {
+         * point are each other's children, so the walk ends on the top one.
+         * At most one step per mount: mountinfo is read in pieces, and an id
+         * freed and given again meanwhile can show twice and close a loop. */
+        for (size_t steps = 0; steps < t->n_mounts; steps++) {
                 const Mount *best = NULL;
                 size_t best_len = 0;
 

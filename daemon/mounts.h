@@ -5,6 +5,7 @@
  * or, where those are missing or filtered, from /proc/self/mountinfo. */
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -46,6 +47,12 @@ typedef struct MountTable {
  * kernel, seccomp filter).  Returns 0 or a negative errno; on failure *ret
  * is untouched. */
 int mount_table_read(MountSource source, MountTable *ret);
+
+/* Makes a Mount of one statmount() answer, @size bytes at @sm: -EBADMSG
+ * when it is shorter than the struct or a string does not end inside it,
+ * or -ENOMEM.  Exposed for the fuzz targets. */
+struct statmount_compat;
+int mount_from_statmount(const struct statmount_compat *sm, size_t size, Mount *ret);
 
 /* Parses a whole mountinfo file; exposed for tests. */
 int mount_table_parse_mountinfo(FILE *f, MountTable *ret);

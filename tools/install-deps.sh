@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
 	# build
-	meson ninja-build pkg-config gcc libc6-dev libsystemd-dev libbtrfsutil-dev libglib2.0-dev libfuse3-dev
+	meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-14-dev libsystemd-dev libbtrfsutil-dev libglib2.0-dev libfuse3-dev
 	# run and inspect: busctl, systemd-analyze, a bus, btrfs tools
 	systemd dbus-daemon dbus-bin btrfs-progs util-linux mount
 	# tests: gdbus, python3 (meson needs it anyway), a systemd container
