@@ -493,7 +493,7 @@ static int on_credentials(sd_bus_message *reply, void *userdata, sd_bus_error *r
                         have_uid = r >= 0;
                 } else if (r >= 0 && streq(key, "UnixGroupIDs")) {
                         const void *groups;
-                        size_t size;
+                        size_t size = 0;
 
                         r = sd_bus_message_enter_container(reply, 'v', "au");
                         if (r >= 0)

@@ -5,6 +5,7 @@
 
 int log_max_level = LOG_LEVEL_INFO;
 
+__attribute__((format(printf, 3, 0)))
 static void log_vprint(int level, int error, const char *format, va_list ap) {
         /* The <N> syslog prefix keeps the level in the journal and in any
          * file or pipe; a person at a terminal reads the text alone. */
