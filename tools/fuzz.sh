@@ -47,7 +47,7 @@ printf '%-22s %12s %9s %6s %7s %14s  %s\n' target execs exec/s cov ft corpus res
 failed=0
 for t in "${targets[@]}"; do
 	work=$build/long/$t
-	done_line=$(grep -E '^#[0-9]+ +DONE' "$work/log" | tail -1 || true)
+	done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$work/log" | tail -1 || true)
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")
 	rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log")
 	cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$done_line")
