@@ -7,7 +7,11 @@ struct ExtentSlot {
         uint64_t bytes;
         uint64_t id_sum;         /* sum of the referring subvolumes' ids */
         uint32_t users;
+        /* Scratch for extent_map_exclusive_of(), 0 between calls; it
+         * fills the padding, so it costs no memory. */
+        uint32_t mark;
 };
+_Static_assert(sizeof(struct ExtentSlot) == 32, "the scratch counter must not grow the table");
 
 static size_t slot_index(const ExtentMap *m, uint64_t bytenr) {
         /* Fibonacci hashing of the byte number; extents are 4 KiB aligned. */
@@ -236,7 +240,7 @@ static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
          * rarely moves anything. */
         memmove(m->users + i + 1, m->users + i, (m->n_users - i) * sizeof(ExtentUser));
         m->n_users++;
-        m->users[i] = (ExtentUser) { .id = id };
+        m->users[i] = (ExtentUser) { .id = id, .written = UINT64_MAX, .snapshots_exclusive = UINT64_MAX };
         return &m->users[i];
 }
 
@@ -348,6 +352,50 @@ size_t extent_map_growth(const ExtentMap *m, uint64_t id, const DataExtent *exte
 
 size_t extent_map_memory(const ExtentMap *m) {
         return m->n_slots * sizeof(struct ExtentSlot) + m->allocated_users * sizeof(ExtentUser) + m->packed_bytes;
+}
+
+/* ---- space of sets ---- */
+
+uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since) {
+        ExtentIter a = extent_iter(u), b = extent_iter(since);
+        DataExtent x, y;
+        bool more_b = extent_iter_next(&b, &y);
+        uint64_t bytes = 0;
+
+        /* Both lists ascend: one merge walk. */
+        while (extent_iter_next(&a, &x)) {
+                while (more_b && y.bytenr < x.bytenr)
+                        more_b = extent_iter_next(&b, &y);
+                if (!more_b || y.bytenr != x.bytenr)
+                        bytes += x.bytes;
+        }
+        return bytes;
+}
+
+uint64_t extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n) {
+        uint64_t bytes = 0;
+        DataExtent e;
+
+        /* Count the members referring to each extent in its slot's
+         * scratch counter ... */
+        for (size_t i = 0; i < n; i++)
+                for (ExtentIter it = extent_iter(set[i]); extent_iter_next(&it, &e);) {
+                        struct ExtentSlot *s = slot_find(m, e.bytenr);
+                        if (s)
+                                s->mark++;
+                }
+        /* ... then count each extent once, at its first visit, when no
+         * referrer is outside the set, and clear the counter. */
+        for (size_t i = 0; i < n; i++)
+                for (ExtentIter it = extent_iter(set[i]); extent_iter_next(&it, &e);) {
+                        struct ExtentSlot *s = slot_find(m, e.bytenr);
+                        if (!s || s->mark == 0)
+                                continue;
+                        if (s->mark == s->users)
+                                bytes += s->bytes;
+                        s->mark = 0;
+                }
+        return bytes;
 }
 
 void extent_map_done(ExtentMap *m) {
