@@ -12,7 +12,7 @@ import collections
 import itertools
 import os
 
-from harness import (FS_IFACE, SUBVOLUME_IFACE, BUS_NAME, main, run, snapshot, subvolume_create, wait_for,
+from harness import (FS_IFACE, SUBVOLUME_IFACE, BUS_NAME, Monitor, main, run, snapshot, subvolume_create, wait_for,
                      write_random)
 from test_scan import MiB, SCAN_TIMEOUT, ScanTestCase, extents_by_subvolume, settle, subvolume_ids
 
@@ -151,10 +151,15 @@ class SpaceTest(ScanTestCase):
         self.assertEqual(self.exclusive_bytes([v, s1, s2]), 7 * MiB + z)
 
         # A further change: e only in S2 now, c no longer in W.
+        monitor = Monitor(self, self.bus)
+        mark = monitor.mark()
         os.unlink(f"{m}/V/e")
         os.unlink(f"{m}/W/c")
         want = self.check(v, [s1, s2], [w], {(s2,): MiB, (s1, s2): 4 * MiB, (v, s1, s2): 8 * MiB + z})
         self.assertEqual(want[v], (2 * MiB, 4 * MiB))
+        # Clients learn it from the change signal.
+        monitor.wait(f"{self.obj(v)}:", "PropertiesChanged", f"'SnapshotsExclusiveBytes': <uint64 {4 * MiB}>",
+                     since=mark)
 
         # S1 deleted: a and b are gone, S2 is the only snapshot.
         run("btrfs", "subvolume", "delete", f"{m}/S1")
