@@ -40,11 +40,6 @@ MUTATIONS = {
         "snapshot->creation_generation > newest->creation_generation",
         "snapshot->creation_generation < newest->creation_generation",
         ["test_space"]),
-    "snapshot-figures-stale-after-a-delete": (
-        "daemon/scanner.c",
-        "                                f->derived_stale = true;\n                                changed = true;",
-        "                                changed = true;",
-        ["test_space"]),
     "set-member-twice-accepted": (
         "daemon/bus-objects.c",
         "if (ids[i] == ids[i - 1])",
