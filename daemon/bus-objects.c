@@ -598,6 +598,7 @@ static int method_get_exclusive_bytes(sd_bus_message *message, void *userdata, s
         _cleanup_free_ uint64_t *ids = NULL;
         _cleanup_free_ const ExtentUser **set = NULL;
         size_t n = 0, allocated = 0;
+        uint64_t bytes;
         const char *path;
         int r;
 
@@ -636,7 +637,12 @@ static int method_get_exclusive_bytes(sd_bus_message *message, void *userdata, s
                 /* Not measured (yet), or no map at all: unknown. */
                 if (!fs->extent_map || !(set[i] = extent_map_find_user(fs->extent_map, ids[i])))
                         return sd_bus_reply_method_return(message, "t", UINT64_MAX);
-        return sd_bus_reply_method_return(message, "t", n ? extent_map_exclusive_of(fs->extent_map, set, n) : UINT64_C(0));
+        if (n == 0)
+                return sd_bus_reply_method_return(message, "t", UINT64_C(0));
+        r = extent_map_exclusive_of(fs->extent_map, set, n, &bytes);
+        if (r < 0)
+                return r;
+        return sd_bus_reply_method_return(message, "t", bytes);
 }
 
 /* Sees every message to the manager's path before sd-bus's own handlers,

@@ -372,30 +372,49 @@ uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since) 
         return bytes;
 }
 
-uint64_t extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n) {
+int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret) {
+        _cleanup_free_ struct ExtentSlot **seen = NULL;
+        size_t n_seen = 0, allocated = 0;
         uint64_t bytes = 0;
-        DataExtent e;
+        int r = 0;
 
         /* Count the members referring to each extent in its slot's
-         * scratch counter ... */
-        for (size_t i = 0; i < n; i++)
-                for (ExtentIter it = extent_iter(set[i]); extent_iter_next(&it, &e);) {
-                        struct ExtentSlot *s = slot_find(m, e.bytenr);
-                        if (s)
+         * scratch counter, noting each slot at its first count: one table
+         * lookup per reference, a batch of them fetched at once (each is
+         * a cache miss in a large table) ... */
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                ExtentIter it = extent_iter(set[i]);
+                DataExtent batch[16];
+                size_t k;
+
+                do {
+                        for (k = 0; k < ELEMENTSOF(batch) && extent_iter_next(&it, &batch[k]); k++)
+                                __builtin_prefetch(&m->slots[slot_index(m, batch[k].bytenr)]);
+                        for (size_t j = 0; j < k && r >= 0; j++) {
+                                struct ExtentSlot *s = slot_find(m, batch[j].bytenr);
+                                if (!s)
+                                        continue;
+                                if (s->mark == 0) {
+                                        r = grow_array(&seen, &allocated, n_seen + 1, sizeof(struct ExtentSlot *));
+                                        if (r < 0)
+                                                break;
+                                        seen[n_seen++] = s;
+                                }
                                 s->mark++;
-                }
-        /* ... then count each extent once, at its first visit, when no
-         * referrer is outside the set, and clear the counter. */
-        for (size_t i = 0; i < n; i++)
-                for (ExtentIter it = extent_iter(set[i]); extent_iter_next(&it, &e);) {
-                        struct ExtentSlot *s = slot_find(m, e.bytenr);
-                        if (!s || s->mark == 0)
-                                continue;
-                        if (s->mark == s->users)
-                                bytes += s->bytes;
-                        s->mark = 0;
-                }
-        return bytes;
+                        }
+                } while (k == ELEMENTSOF(batch) && r >= 0);
+        }
+        /* ... then each distinct extent once: it counts when no referrer
+         * is outside the set.  The counters go back to 0, also on error. */
+        for (size_t i = 0; i < n_seen; i++) {
+                if (seen[i]->mark == seen[i]->users)
+                        bytes += seen[i]->bytes;
+                seen[i]->mark = 0;
+        }
+        if (r < 0)
+                return r;
+        *ret = bytes;
+        return 0;
 }
 
 void extent_map_done(ExtentMap *m) {

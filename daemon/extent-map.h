@@ -87,11 +87,13 @@ const ExtentUser *extent_map_find_user(const ExtentMap *m, uint64_t id);
  * both), no table lookups. */
 uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since);
 
-/* Bytes of the extents that the @n users of @set (distinct, of @m) refer
- * to and no other user does: what deleting them all would free.  Two
- * walks of their lists with one table lookup per extent each, O(sum of
- * their extents); the table's scratch counters are left at 0. */
-uint64_t extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n);
+/* Into *@ret, bytes of the extents that the @n users of @set (distinct,
+ * of @m) refer to and no other user does: what deleting them all would
+ * free.  One walk of their lists with one table lookup per extent, and
+ * one over the distinct extents met (noted in an array of 8 bytes per
+ * distinct extent, freed before returning): O(sum of their extents).
+ * The table's scratch counters are left at 0.  Returns 0 or -ENOMEM. */
+int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret);
 
 /* Number of distinct extents in the map. */
 static inline size_t extent_map_size(const ExtentMap *m) {

@@ -874,7 +874,8 @@ static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
                         continue;
                 newest_user = extent_map_find_user(map, newest->id);
                 u->written = newest_user ? extent_map_written_since(u, newest_user) : UINT64_MAX;
-                u->snapshots_exclusive = complete ? extent_map_exclusive_of(map, set, n_set) : UINT64_MAX;
+                if (!complete || extent_map_exclusive_of(map, set, n_set, &u->snapshots_exclusive) < 0)
+                        u->snapshots_exclusive = UINT64_MAX;
         }
         f->derived_stale = false;
         return 0;

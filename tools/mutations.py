@@ -27,8 +27,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MUTATIONS = {
     "exclusive-of-counts-shared-extents": (
         "daemon/extent-map.c",
-        "                        if (s->mark == s->users)\n",
-        "                        if (s->mark > 0)\n",
+        "if (seen[i]->mark == seen[i]->users)",
+        "if (seen[i]->mark > 0)",
         ["test-extent-map", "test_space"]),
     "written-since-ignores-the-snapshot": (
         "daemon/extent-map.c",
