@@ -895,7 +895,7 @@ bool scanner_update(Scanner *s, Model *model) {
         for (size_t i = 0; i < model->n_filesystems; i++) {
                 Filesystem *fs = model->filesystems[i];
                 _cleanup_free_ uint64_t *pending = NULL;
-                size_t done = 0, n_pending = 0;
+                size_t done = 0, failed = 0, n_pending = 0;
                 const Mount *mount;
                 ScanFs *f;
 
@@ -948,13 +948,16 @@ bool scanner_update(Scanner *s, Model *model) {
                         if (u && u->generation == sv->generation && u->change_generation == sv->change_generation &&
                             !(u->tentative && u->tentative_fingerprint != fs->root_fingerprint))
                                 done++;
+                        else if (failed_before(f, sv))
+                                failed++;  /* not read again until it changes */
                         else if (!(n_pending && bsearch(&sv->id, pending, n_pending, sizeof(uint64_t), cmp_u64)))
                                 job_add(&new, mount, model, fs, f, sv);
                 }
                 fs->scan_progress = fs->n_subvolumes ? (double) done / (double) fs->n_subvolumes : 1.0;
-                /* Until every subvolume is measured, the figures of the
-                 * last complete state stay. */
-                if (done == fs->n_subvolumes && f->derived_stale && scan_fs_derive(f, fs) < 0)
+                /* Until every subvolume is measured (or failed: it is not
+                 * read before it changes), the figures of the last
+                 * complete state stay. */
+                if (done + failed == fs->n_subvolumes && f->derived_stale && scan_fs_derive(f, fs) < 0)
                         log_warning("Out of memory deriving the snapshot figures; tried again with the next update.");
                 for (size_t j = 0; j < fs->n_subvolumes; j++) {
                         Subvolume *sv = &fs->subvolumes[j];
