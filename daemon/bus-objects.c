@@ -624,21 +624,21 @@ static int method_get_exclusive_bytes(sd_bus_message *message, void *userdata, s
         r = sd_bus_message_exit_container(message);
         if (r < 0)
                 return r;
+        if (n == 0)
+                return sd_bus_reply_method_return(message, "t", UINT64_C(0));
         /* Sorted, a duplicate is next to its twin. */
         qsort(ids, n, sizeof(uint64_t), cmp_id);
         for (size_t i = 1; i < n; i++)
                 if (ids[i] == ids[i - 1])
                         return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                                  "Subvolume %" PRIu64 " is in the set twice.", ids[i]);
-        set = calloc(n ?: 1, sizeof(ExtentUser *));
+        set = calloc(n, sizeof(ExtentUser *));
         if (!set)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++)
                 /* Not measured (yet), or no map at all: unknown. */
                 if (!fs->extent_map || !(set[i] = extent_map_find_user(fs->extent_map, ids[i])))
                         return sd_bus_reply_method_return(message, "t", UINT64_MAX);
-        if (n == 0)
-                return sd_bus_reply_method_return(message, "t", UINT64_C(0));
         r = extent_map_exclusive_of(fs->extent_map, set, n, &bytes);
         if (r < 0)
                 return r;
