@@ -6,7 +6,7 @@ Filesystem.GetExclusiveBytes() for every subset of a subvolume and its two
 snapshots, as the ordinary user through the shipped policy.  Expectations
 twice: by construction (1 MiB files) and from the trees
 as btrfs-progs dumps them; single subvolumes also against `btrfs
-filesystem du`."""
+filesystem du`, sets against level-1 qgroups."""
 
 import collections
 import itertools
@@ -14,7 +14,8 @@ import os
 
 from harness import (FS_IFACE, SUBVOLUME_IFACE, BUS_NAME, Monitor, main, run, snapshot, subvolume_create, wait_for,
                      write_random)
-from test_scan import MiB, SCAN_TIMEOUT, ScanTestCase, extents_by_subvolume, settle, subvolume_ids
+from test_scan import (MiB, SCAN_TIMEOUT, ScanTestCase, extents_by_subvolume, nodesize, settle, subvolume_ids,
+                       trees)
 
 INVALID, NOT_FOUND = "org.subvold.Subvold1.Error.InvalidArgument", "org.subvold.Subvold1.Error.NotFound"
 UNKNOWN = 2**64 - 1
@@ -206,6 +207,35 @@ class SpaceTest(ScanTestCase):
                                str(count), check=True).stdout.decode()
             self.assertEqual(out.split(None, 1)[0], INVALID, out)
             self.assertIn(message, out)
+
+        # btrfs-progs for sets: a level-1 qgroup holding exactly each set,
+        # on this filesystem with quotas on (subvold stopped first: it would
+        # read qgroups then).  A qgroup counts the same data extents plus
+        # tree blocks: its exclusive is ours plus a nodesize for each block
+        # that only trees of the set hold (dump-tree says which).
+        sets = [(v,), (s2,), (w,), (v, s2), (v, w), (s2, w), (v, s2, w), (u, w), (v, s2, u, w)]
+        ours = {members: self.exclusive_bytes(list(members)) for members in sets}
+        self.daemon.stop()
+        run("btrfs", "quota", "enable", m)
+        for n, members in enumerate(sets, 1):
+            run("btrfs", "qgroup", "create", f"1/{n}", m)
+            for i in members:
+                run("btrfs", "qgroup", "assign", "--no-rescan", f"0/{i}", f"1/{n}", m)
+        run("btrfs", "quota", "rescan", "-w", m)
+        settle(m)
+        parsed = trees(self.fs.device, subvolume_ids(m))
+        node = nodesize(self.fs.device)
+        block_owners = collections.defaultdict(set)
+        for i, t in parsed.items():
+            for b in t.blocks:
+                block_owners[b].add(i)
+        out = run("btrfs", "qgroup", "show", "--raw", m).decode()
+        level1 = {int(f[0][2:]): int(f[2]) for f in (line.split() for line in out.splitlines())
+                  if f and f[0].startswith("1/")}
+        for n, members in enumerate(sets, 1):
+            with self.subTest(qgroup=members):
+                blocks = sum(1 for o in block_owners.values() if o <= set(members))
+                self.assertEqual(level1[n] - ours[members], node * blocks)
 
 
 LARGE_SET_CALL = """
