@@ -7,7 +7,11 @@ struct ExtentSlot {
         uint64_t bytes;
         uint64_t id_sum;         /* sum of the referring subvolumes' ids */
         uint32_t users;
+        /* Scratch for extent_map_exclusive_of(), 0 between calls; it
+         * fills the padding, so it costs no memory. */
+        uint32_t mark;
 };
+_Static_assert(sizeof(struct ExtentSlot) == 32, "the scratch counter must not grow the table");
 
 static size_t slot_index(const ExtentMap *m, uint64_t bytenr) {
         /* Fibonacci hashing of the byte number; extents are 4 KiB aligned. */
@@ -236,7 +240,7 @@ static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
          * rarely moves anything. */
         memmove(m->users + i + 1, m->users + i, (m->n_users - i) * sizeof(ExtentUser));
         m->n_users++;
-        m->users[i] = (ExtentUser) { .id = id };
+        m->users[i] = (ExtentUser) { .id = id, .written = UINT64_MAX, .snapshots_exclusive = UINT64_MAX };
         return &m->users[i];
 }
 
@@ -348,6 +352,69 @@ size_t extent_map_growth(const ExtentMap *m, uint64_t id, const DataExtent *exte
 
 size_t extent_map_memory(const ExtentMap *m) {
         return m->n_slots * sizeof(struct ExtentSlot) + m->allocated_users * sizeof(ExtentUser) + m->packed_bytes;
+}
+
+/* ---- space of sets ---- */
+
+uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since) {
+        ExtentIter a = extent_iter(u), b = extent_iter(since);
+        DataExtent x, y;
+        bool more_b = extent_iter_next(&b, &y);
+        uint64_t bytes = 0;
+
+        /* Both lists ascend: one merge walk. */
+        while (extent_iter_next(&a, &x)) {
+                while (more_b && y.bytenr < x.bytenr)
+                        more_b = extent_iter_next(&b, &y);
+                if (!more_b || y.bytenr != x.bytenr)
+                        bytes += x.bytes;
+        }
+        return bytes;
+}
+
+int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret) {
+        _cleanup_free_ struct ExtentSlot **seen = NULL;
+        size_t n_seen = 0, allocated = 0;
+        uint64_t bytes = 0;
+        int r = 0;
+
+        /* Count the members referring to each extent in its slot's
+         * scratch counter, noting each slot at its first count: one table
+         * lookup per reference, a batch of them fetched at once (each is
+         * a cache miss in a large table) ... */
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                ExtentIter it = extent_iter(set[i]);
+                DataExtent batch[16];
+                size_t k;
+
+                do {
+                        for (k = 0; k < ELEMENTSOF(batch) && extent_iter_next(&it, &batch[k]); k++)
+                                __builtin_prefetch(&m->slots[slot_index(m, batch[k].bytenr)]);
+                        for (size_t j = 0; j < k && r >= 0; j++) {
+                                struct ExtentSlot *s = slot_find(m, batch[j].bytenr);
+                                if (!s)
+                                        continue;
+                                if (s->mark == 0) {
+                                        r = grow_array(&seen, &allocated, n_seen + 1, sizeof(struct ExtentSlot *));
+                                        if (r < 0)
+                                                break;
+                                        seen[n_seen++] = s;
+                                }
+                                s->mark++;
+                        }
+                } while (k == ELEMENTSOF(batch) && r >= 0);
+        }
+        /* ... then each distinct extent once: it counts when no referrer
+         * is outside the set.  The counters go back to 0, also on error. */
+        for (size_t i = 0; i < n_seen; i++) {
+                if (seen[i]->mark == seen[i]->users)
+                        bytes += seen[i]->bytes;
+                seen[i]->mark = 0;
+        }
+        if (r < 0)
+                return r;
+        *ret = bytes;
+        return 0;
 }
 
 void extent_map_done(ExtentMap *m) {

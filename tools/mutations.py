@@ -25,6 +25,41 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (file, text to find (exactly once), replacement, tests that must
 # fail[, "sanitize": run them on an ASan+UBSan build with leak checking])
 MUTATIONS = {
+    "exclusive-of-counts-shared-extents": (
+        "daemon/extent-map.c",
+        "if (seen[i]->mark == seen[i]->users)",
+        "if (seen[i]->mark > 0)",
+        ["test-extent-map", "test_space"]),
+    "written-since-ignores-the-snapshot": (
+        "daemon/extent-map.c",
+        "if (!more_b || y.bytenr != x.bytenr)",
+        "if (true)",
+        ["test-extent-map", "test_space"]),
+    "newest-snapshot-is-the-oldest": (
+        "daemon/scanner.c",
+        "snapshot->creation_generation > newest->creation_generation",
+        "snapshot->creation_generation < newest->creation_generation",
+        ["test_space"]),
+    "set-member-twice-accepted": (
+        "daemon/bus-objects.c",
+        "if (ids[i] == ids[i - 1])",
+        "if (false)",
+        ["test_space"]),
+    "set-member-of-another-filesystem-accepted": (
+        "daemon/bus-objects.c",
+        "                if (other != fs)\n",
+        "                if (false)\n",
+        ["test_space"]),
+    "set-limit-off-by-one": (
+        "daemon/bus-objects.c",
+        "if (n == GET_EXCLUSIVE_BYTES_MAX)",
+        "if (n == GET_EXCLUSIVE_BYTES_MAX + 1)",
+        ["test_space"]),
+    "snapshot-figures-emit-no-signal": (
+        "daemon/bus-objects.c",
+        "a->written_bytes == b->written_bytes &&\n               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes && ",
+        "",
+        ["test_space"]),
     "size-bound-undercounts-display-path": (
         "daemon/bus-objects.c",
         "string_bound(sv->path, 4) + strv_bound(sv->access_paths)",

@@ -58,6 +58,42 @@ static void test_sharing(void) {
         extent_map_done(&m);
 }
 
+static uint64_t exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n) {
+        uint64_t bytes = UINT64_MAX;
+
+        g_assert_cmpint(extent_map_exclusive_of(m, set, n, &bytes), ==, 0);
+        return bytes;
+}
+
+/* Written-since and exclusive-of-a-set, against what each extent's
+ * referrers say by construction. */
+static void test_sets(void) {
+        ExtentMap m = {};
+        const ExtentUser *set[3];
+
+        /* 256 refers to a, b, c; 257 (its snapshot) to a, b, d; 258 to b
+         * (a reflink) and e.  a = 1 K, b = 2 K, c = 4 K, d = 8 K, e = 16 K. */
+        g_assert_cmpint(extent_map_set_user(&m, 256, 1, 1, 1, 0, extents(3, 1 * K, 1 * K, 2 * K, 2 * K, 3 * K, 4 * K), 3), ==, 0);
+        g_assert_cmpint(extent_map_set_user(&m, 257, 1, 1, 1, 0, extents(3, 1 * K, 1 * K, 2 * K, 2 * K, 4 * K, 8 * K), 3), ==, 0);
+        g_assert_cmpint(extent_map_set_user(&m, 258, 1, 1, 1, 0, extents(2, 2 * K, 2 * K, 5 * K, 16 * K), 2), ==, 0);
+        set[0] = extent_map_find_user(&m, 256);
+        set[1] = extent_map_find_user(&m, 257);
+        set[2] = extent_map_find_user(&m, 258);
+        g_assert_cmpuint(extent_map_written_since(set[0], set[1]), ==, 4 * K);
+        g_assert_cmpuint(extent_map_written_since(set[1], set[0]), ==, 8 * K);
+        g_assert_cmpuint(extent_map_written_since(set[0], set[2]), ==, 5 * K);
+        g_assert_cmpuint(extent_map_written_since(set[0], set[0]), ==, 0);
+        g_assert_cmpuint(exclusive_of(&m, set, 0), ==, 0);
+        g_assert_cmpuint(exclusive_of(&m, set, 1), ==, 4 * K);
+        /* a is theirs; b is 258's too. */
+        g_assert_cmpuint(exclusive_of(&m, set, 2), ==, 1 * K + 4 * K + 8 * K);
+        g_assert_cmpuint(exclusive_of(&m, set + 1, 2), ==, 8 * K + 16 * K);
+        g_assert_cmpuint(exclusive_of(&m, set, 3), ==, 31 * K);
+        /* The counters were left at 0: the same answer again. */
+        g_assert_cmpuint(exclusive_of(&m, set, 2), ==, 13 * K);
+        extent_map_done(&m);
+}
+
 /* extent_map_growth() covers what the map takes on, table doubling
  * included, and is exact when nothing is left to guess. */
 static void test_growth(void) {
@@ -180,6 +216,7 @@ int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/extent-map/sharing", test_sharing);
         g_test_add_func("/extent-map/many", test_many);
+        g_test_add_func("/extent-map/sets", test_sets);
         g_test_add_func("/extent-map/growth", test_growth);
         g_test_add_func("/extent-map/user-order", test_user_order);
         g_test_add_func("/extent-map/packing", test_packing);
