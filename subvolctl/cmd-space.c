@@ -70,8 +70,8 @@ static void free_cells(char **cells, size_t n) {
 /* ---- list ---- */
 
 enum {
-        LIST_FS, LIST_ID, LIST_PARENT, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_INODES, LIST_RLIMIT,
-        LIST_ELIMIT, LIST_SOURCE, LIST_CREATED, LIST_UUID, LIST_PATH, _LIST_MAX
+        LIST_FS, LIST_ID, LIST_PARENT, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_SNAPSHOTS, LIST_WRITTEN,
+        LIST_INODES, LIST_RLIMIT, LIST_ELIMIT, LIST_SOURCE, LIST_CREATED, LIST_UUID, LIST_PATH, _LIST_MAX
 };
 
 static const Column list_columns[_LIST_MAX] = {
@@ -81,6 +81,8 @@ static const Column list_columns[_LIST_MAX] = {
         [LIST_FLAGS] = { "flags", "FLAGS", false },
         [LIST_REFERENCED] = { "referenced", "REFERENCED", true },
         [LIST_EXCLUSIVE] = { "exclusive", "EXCLUSIVE", true },
+        [LIST_SNAPSHOTS] = { "snapshots", "SNAPSHOTS", true },
+        [LIST_WRITTEN] = { "written", "WRITTEN", true },
         [LIST_INODES] = { "inodes", "INODES", true },
         [LIST_RLIMIT] = { "rlimit", "REF LIMIT", true },
         [LIST_ELIMIT] = { "elimit", "EXCL LIMIT", true },
@@ -103,6 +105,8 @@ static char *list_cell(const Objects *o, const Object *s, int column) {
                                 obj_u64(s, SV_READ_ONLY) ? 'R' : '-') < 0 ? NULL : c;
         case LIST_REFERENCED: return value_to_text(&s->values[SV_REFERENCED], KIND_SIZE);
         case LIST_EXCLUSIVE: return value_to_text(&s->values[SV_EXCLUSIVE], KIND_SIZE);
+        case LIST_SNAPSHOTS: return value_to_text(&s->values[SV_SNAPSHOTS_EXCLUSIVE], KIND_SIZE);
+        case LIST_WRITTEN: return value_to_text(&s->values[SV_WRITTEN], KIND_SIZE);
         case LIST_INODES: return value_to_text(&s->values[SV_INODES], KIND_COUNT);
         case LIST_RLIMIT: return value_to_text(&s->values[SV_REFERENCED_LIMIT], KIND_LIMIT);
         case LIST_ELIMIT: return value_to_text(&s->values[SV_EXCLUSIVE_LIMIT], KIND_LIMIT);
@@ -114,8 +118,8 @@ static char *list_cell(const Objects *o, const Object *s, int column) {
 }
 
 int cmd_list(sd_bus *bus, int argc, char **argv) {
-        static const int defaults[] = { LIST_FS, LIST_ID, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_INODES,
-                                        LIST_PATH };
+        static const int defaults[] = { LIST_FS, LIST_ID, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_SNAPSHOTS,
+                                        LIST_WRITTEN, LIST_INODES, LIST_PATH };
         _cleanup_(table_freep) Table *table = NULL;
         const Object *fs = NULL;
         int columns[COLUMNS_MAX], r;

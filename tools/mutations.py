@@ -393,6 +393,21 @@ MUTATIONS = {
         "        if (memchr(p, 0, n))",
         "        if (false)",
         ["test_subvolctl"]),
+    "free-counts-a-subvolume-twice": (
+        "subvolctl/cmd-free.c",
+        "                if (c->svs[i] == s)\n                        return 0;",
+        "                if (false)\n                        return 0;",
+        ["test_subvolctl"]),
+    "free-takes-any-path": (
+        "subvolctl/cmd-free.c",
+        "st.st_ino != SUBVOLUME_ROOT_INODE",
+        "false",
+        ["test_subvolctl"]),
+    "list-written-is-referenced": (
+        "subvolctl/cmd-space.c",
+        "case LIST_WRITTEN: return value_to_text(&s->values[SV_WRITTEN], KIND_SIZE);",
+        "case LIST_WRITTEN: return value_to_text(&s->values[SV_REFERENCED], KIND_SIZE);",
+        ["test_subvolctl"]),
 }
 
 

@@ -98,12 +98,13 @@ class ClientsTest(DaemonTest):
 
         # The table, with exact bytes and with IEC sizes.
         out = self.ctl("--bytes", "list", "--fs", self.fs.uuid)[0].splitlines()
-        self.assertEqual(out[0].split(), ["FILESYSTEM", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH"])
+        self.assertEqual(out[0].split(), ["FILESYSTEM", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "SNAPSHOTS", "WRITTEN",
+                                          "INODES", "PATH"])
         row = next(l.split() for l in out[1:] if l.split()[1:2] == [str(btrfs_rootid(f"{self.mnt}/snap-ro"))])
         self.assertEqual(row[0], "data")
         self.assertEqual(row[2], "SR")
         self.assertEqual(int(row[3]), quota[int(row[1])][0])
-        self.assertEqual(row[6], "/snap-ro")
+        self.assertEqual(row[8], "/snap-ro")
         human = self.ctl("list", "--fs", self.fs.uuid)[0].splitlines()
         vol = btrfs_rootid(f"{self.mnt}/vol")
         row = next(l.split() for l in human[1:] if l.split()[1:2] == [str(vol)])
