@@ -696,7 +696,8 @@ static bool usage_equal(const Usage *a, const Usage *b) {
 
 static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
         return usage_equal(&a->usage, &b->usage) && a->written_bytes == b->written_bytes &&
-               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes && a->parent_id == b->parent_id && streq(a->path, b->path) &&
+               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes && a->parent_id == b->parent_id &&
+               streq(a->path, b->path) &&
                memcmp(a->received_uuid, b->received_uuid, 16) == 0 && a->read_only == b->read_only &&
                a->generation == b->generation && a->change_generation == b->change_generation &&
                !a->snapshot_source == !b->snapshot_source &&
