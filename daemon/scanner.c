@@ -938,6 +938,7 @@ bool scanner_update(Scanner *s, Model *model) {
                         const ExtentUser *u = extent_map_find_user(&f->cached.map, sv->id);
 
                         if (u) {
+                                sv->logical_referenced_bytes = u->logical_referenced;
                                 sv->usage = (Usage) {
                                         .referenced = u->referenced, .exclusive = u->exclusive, .inodes = u->inodes,
                                         .referenced_limit = USAGE_UNKNOWN, .exclusive_limit = USAGE_UNKNOWN,
