@@ -352,6 +352,8 @@ static const sd_bus_vtable subvolume_vtable[] = {
         SD_BUS_PROPERTY("WrittenBytes", "t", NULL, offsetof(Subvolume, written_bytes), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("SnapshotsExclusiveBytes", "t", NULL, offsetof(Subvolume, snapshots_exclusive_bytes),
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("LogicalReferencedBytes", "t", NULL, offsetof(Subvolume, logical_referenced_bytes),
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("GetStatfs", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{sv}", statfs), method_get_statfs,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetWrittenSince", SD_BUS_ARGS("o", snapshot), SD_BUS_RESULT("t", bytes),
@@ -696,7 +698,9 @@ static bool usage_equal(const Usage *a, const Usage *b) {
 
 static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
         return usage_equal(&a->usage, &b->usage) && a->written_bytes == b->written_bytes &&
-               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes && a->parent_id == b->parent_id && streq(a->path, b->path) &&
+               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes &&
+               a->logical_referenced_bytes == b->logical_referenced_bytes && a->parent_id == b->parent_id &&
+               streq(a->path, b->path) &&
                memcmp(a->received_uuid, b->received_uuid, 16) == 0 && a->read_only == b->read_only &&
                a->generation == b->generation && a->change_generation == b->change_generation &&
                !a->snapshot_source == !b->snapshot_source &&

@@ -97,17 +97,26 @@ static bool varint_get(ExtentIter *it, uint64_t *ret) {
         return false;
 }
 
-bool extent_iter_next(ExtentIter *it, DataExtent *ret) {
-        uint64_t delta, bytes;
+/* A signed difference as an unsigned varint value: small either way. */
+static uint64_t zigzag(uint64_t d) {
+        return (d << 1) ^ (uint64_t) -(int64_t) (d >> 63);
+}
 
-        if (it->p >= it->end || !varint_get(it, &delta) || !varint_get(it, &bytes))
+static uint64_t unzigzag(uint64_t v) {
+        return (v >> 1) ^ (uint64_t) -(int64_t) (v & 1);
+}
+
+bool extent_iter_next(ExtentIter *it, DataExtent *ret) {
+        uint64_t delta, bytes, ram;
+
+        if (it->p >= it->end || !varint_get(it, &delta) || !varint_get(it, &bytes) || !varint_get(it, &ram))
                 return false;
         /* Strictly ascending and never 0: a delta of 0 or an overflow is
          * bad data. */
         if (delta == 0 || it->bytenr + delta < it->bytenr)
                 return false;
         it->bytenr += delta;
-        *ret = (DataExtent) { .bytenr = it->bytenr, .bytes = bytes };
+        *ret = (DataExtent) { .bytenr = it->bytenr, .bytes = bytes, .ram_bytes = bytes + unzigzag(ram) };
         return true;
 }
 
@@ -126,7 +135,7 @@ static size_t packed_size(const DataExtent *extents, size_t n) {
 
         for (size_t i = 0; i < n; i++)
                 size += varint_size(extents[i].bytenr - (i ? extents[i - 1].bytenr : 0)) +
-                        varint_size(extents[i].bytes);
+                        varint_size(extents[i].bytes) + varint_size(zigzag(extents[i].ram_bytes - extents[i].bytes));
         return size;
 }
 
@@ -142,6 +151,7 @@ static int pack(const DataExtent *extents, size_t n, uint8_t **ret, size_t *ret_
         for (size_t i = 0; i < n; i++) {
                 at += varint_put(p + at, extents[i].bytenr - prev);
                 at += varint_put(p + at, extents[i].bytes);
+                at += varint_put(p + at, zigzag(extents[i].ram_bytes - extents[i].bytes));
                 prev = extents[i].bytenr;
         }
         *ret = p;
@@ -186,6 +196,7 @@ static int ref_add(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
         int r;
 
         u->referenced += e->bytes;
+        u->logical_referenced += e->ram_bytes;
         if (!s) {
                 if ((m->n_used + 1) * 4 > m->n_slots * 3) {  /* keep the load under 3/4 */
                         r = slots_grow(m);
@@ -215,6 +226,7 @@ static void ref_remove(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
         struct ExtentSlot *s = slot_find(m, e->bytenr);
 
         u->referenced -= e->bytes;
+        u->logical_referenced -= e->ram_bytes;
         if (!s)
                 return;
         s->users--;
@@ -255,7 +267,7 @@ static void user_clear(ExtentMap *m, ExtentUser *u) {
         m->packed_bytes -= u->packed_size;
         u->packed = NULL;
         u->packed_size = u->n_extents = 0;
-        u->referenced = u->exclusive = 0;
+        u->referenced = u->exclusive = u->logical_referenced = 0;
 }
 
 /* extent_map_set_user_packed() with @packed known to be valid. */

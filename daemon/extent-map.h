@@ -19,12 +19,14 @@
 typedef struct DataExtent {
         uint64_t bytenr;
         uint64_t bytes;          /* on disk: compressed size for compressed extents */
+        uint64_t ram_bytes;      /* decompressed: the extent's whole length in files */
 } DataExtent;
 
 typedef struct ExtentUser {
         uint64_t id;             /* subvolume id */
         uint64_t generation, change_generation;  /* of the tree that was read */
         uint64_t inodes, referenced, exclusive;
+        uint64_t logical_referenced;  /* as referenced, with each extent's ram_bytes */
         uint64_t scanned_usec;   /* when the tree was read */
         /* Created in a transaction that may still be running when it was
          * read: read again once the root tree shows a commit (its
@@ -32,8 +34,10 @@ typedef struct ExtentUser {
         bool tentative;
         uint64_t tentative_fingerprint;
         /* The extents, sorted by bytenr and distinct, packed: per extent
-         * the distance from the previous bytenr and the size, each a
-         * LEB128 varint.  Also the scan cache's format. */
+         * the distance from the previous bytenr, the size and ram_bytes
+         * less the size (zigzag: it may be less, as for a preallocated
+         * extent nothing says otherwise), each a LEB128 varint.  Also the
+         * scan cache's format. */
         uint8_t *packed;
         size_t packed_size, n_extents;
         /* Figures about its snapshots, derived by the scanner (not kept

@@ -83,10 +83,12 @@ typedef struct Subvolume {
         char **access_paths;           /* sorted, NULL-terminated, may be empty */
         Usage usage;
         /* From the scanner's extent map (quotas off), USAGE_UNKNOWN
-         * otherwise: bytes referenced and not by its newest snapshot, and
-         * what deleting all of its snapshots would free. */
+         * otherwise: bytes referenced and not by its newest snapshot,
+         * what deleting all of its snapshots would free, and what it
+         * references as uncompressed bytes. */
         uint64_t written_bytes;
         uint64_t snapshots_exclusive_bytes;
+        uint64_t logical_referenced_bytes;  /* referenced, uncompressed */
         uint64_t path_hash;            /* see filesystem_find_subvolume_by_path() */
 } Subvolume;
 

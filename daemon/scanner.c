@@ -820,11 +820,11 @@ static int cmp_link(const void *a, const void *b) {
 
 /* Derives every subvolume's WrittenBytes and SnapshotsExclusiveBytes from
  * the map of @f (complete for @fs) and the snapshot links of @fs.  A
- * merge walk of each source's list with its newest snapshot's, and two
- * walks of the lists of each source's snapshots with a table lookup per
- * extent: O(references in the map), each list walked at most three
- * times.  Run when the map changed and every subvolume is measured: once
- * per scan run, not per tree read. */
+ * merge walk of each source's list with its newest snapshot's, and a walk
+ * of the lists of each source's snapshots with a table lookup per extent:
+ * O(references in the map), each list walked at most twice.  Run when
+ * the map changed and every subvolume is measured: once per scan run, not
+ * per tree read. */
 static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
         _cleanup_free_ SnapshotLink *links = NULL;
         _cleanup_free_ const ExtentUser **set = NULL;
@@ -938,6 +938,7 @@ bool scanner_update(Scanner *s, Model *model) {
                         const ExtentUser *u = extent_map_find_user(&f->cached.map, sv->id);
 
                         if (u) {
+                                sv->logical_referenced_bytes = u->logical_referenced;
                                 sv->usage = (Usage) {
                                         .referenced = u->referenced, .exclusive = u->exclusive, .inodes = u->inodes,
                                         .referenced_limit = USAGE_UNKNOWN, .exclusive_limit = USAGE_UNKNOWN,

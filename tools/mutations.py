@@ -40,6 +40,11 @@ MUTATIONS = {
         "snapshot->creation_generation > newest->creation_generation",
         "snapshot->creation_generation < newest->creation_generation",
         ["test_space"]),
+    "logical-bytes-are-disk-bytes": (
+        "daemon/fs-btrfs.c",
+        ".ram_bytes = le64toh(fe.ram_bytes) }",
+        ".ram_bytes = le64toh(fe.disk_num_bytes) }",
+        ["test_space"]),
     "set-member-twice-accepted": (
         "daemon/bus-objects.c",
         "if (ids[i] == ids[i - 1])",
@@ -57,7 +62,7 @@ MUTATIONS = {
         ["test_space"]),
     "snapshot-figures-emit-no-signal": (
         "daemon/bus-objects.c",
-        "a->written_bytes == b->written_bytes &&\n               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes && ",
+        "a->written_bytes == b->written_bytes &&\n               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes &&\n               ",
         "",
         ["test_space"]),
     "size-bound-undercounts-display-path": (

@@ -161,6 +161,15 @@ class SpaceTest(ScanTestCase):
         self.assertGreater(z, 0)
         self.assertLess(z, MiB // 2)  # compressed
         self.assertEqual(self.exclusive_bytes([v, s1, s2]), 7 * MiB + z)
+        # Uncompressed: z's eight 128 KiB extents hold 1 MiB; against
+        # compsize's "Uncompressed" and "Disk Usage" too.
+        got = self.bus.get(self.obj(v), SUBVOLUME_IFACE, "LogicalReferencedBytes")
+        self.assertEqual(got, 6 * MiB)
+        self.assertEqual(self.bus.get(self.obj(s1), SUBVOLUME_IFACE, "LogicalReferencedBytes"), 5 * MiB)
+        total = next(line.split() for line in run("compsize", "-b", f"{m}/V").decode().splitlines()
+                     if line.startswith("TOTAL"))
+        self.assertEqual((int(total[3]), int(total[2])),
+                         (got, self.bus.get(self.obj(v), SUBVOLUME_IFACE, "ReferencedBytes")))
 
         # A further change: e only in S2 now, c no longer in W.
         os.unlink(f"{m}/V/e")
