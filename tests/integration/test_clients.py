@@ -138,8 +138,9 @@ class ClientsTest(DaemonTest):
         self.assertEqual(sorted(r["path"] for r in every if r["object"].startswith(self.fs.object_path + "/")),
                          sorted(["/"] + ["/" + t["path"].decode() for t in btrfs_subvolume_list(self.mnt).values()]))
         text = self.ctl("df", f"{self.mnt}/vol")[0].splitlines()
-        self.assertEqual(text[0].split(), ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "MOUNTED", "ON"])
+        self.assertEqual(text[0].split(), ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "RATIO", "MOUNTED", "ON"])
         self.assertEqual(text[1].split()[1], "200M")
+        self.assertEqual(text[1].split()[5], "-")  # quotas on: no scan, no logical size
 
     def test_show(self):
         snap = f"{self.mnt}/snap-ro"

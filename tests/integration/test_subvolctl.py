@@ -252,6 +252,11 @@ class SubvolctlTest(TestCase):
                    if l.endswith(" /vol"))
         # REFERENCED b and c; EXCLUSIVE c; SNAPSHOTS a (only s1 and s2 have it); WRITTEN c (not in s2).
         self.assertEqual([int(v) for v in row[3:7]], [2 * mib, mib, mib, mib])
+        # RATIO: logical over referenced, nothing compressed here.
+        df = next(l.split() for l in self.ctl("df", f"{base}/vol")[0].decode().splitlines()[1:])
+        shown = self.json("show", f"{base}/vol")
+        self.assertEqual(shown["logical_referenced"], shown["referenced"])
+        self.assertEqual(df[5], "1.00x")
         free = lambda *args: self.json("free", *args)[0]["bytes"]
         self.assertEqual(free(f"{base}/s1"), 0)
         self.assertEqual(free(f"{base}/s2"), 0)
