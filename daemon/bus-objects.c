@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "bus-objects.h"
 #include "bus-util.h"
+#include "extent-map.h"
 #include "util.h"
+
+/* The manager's current model, for methods that take other objects. */
+static Model **current_model;
 
 char *bus_filesystem_path(const Filesystem *fs, char buf[static BUS_OBJECT_PATH_MAX]) {
         memcpy(buf, SUBVOLD_FS_PREFIX "/", strlen(SUBVOLD_FS_PREFIX "/"));
@@ -166,6 +170,7 @@ static int property_fs_quota(sd_bus *bus, const char *path, const char *interfac
 }
 
 static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus_error *error);
+static int method_get_exclusive_bytes(sd_bus_message *message, void *userdata, sd_bus_error *error);
 
 static const sd_bus_vtable filesystem_vtable[] = {
         SD_BUS_VTABLE_START(0),
@@ -186,6 +191,8 @@ static const sd_bus_vtable filesystem_vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("GetSubvolumes", SD_BUS_ARGS("t", start_id, "u", max_count),
                                 SD_BUS_RESULT("a{oa{sv}}", subvolumes, "t", next_id), method_get_subvolumes,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetExclusiveBytes", SD_BUS_ARGS("ao", subvolumes), SD_BUS_RESULT("t", bytes),
+                                method_get_exclusive_bytes, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 
@@ -274,6 +281,48 @@ static int method_get_statfs(sd_bus_message *message, void *userdata, sd_bus_err
         return sd_bus_send(NULL, reply, NULL);
 }
 
+/* The subvolume at @path on the filesystem of @fs, or an error for the
+ * caller: NotFound when nothing is there, InvalidArgument for a
+ * filesystem or a subvolume of another filesystem. */
+static int lookup_subvolume_arg(const Filesystem *fs, const char *path, Subvolume **ret, sd_bus_error *error) {
+        Filesystem *other = NULL;
+        Subvolume *sv = NULL;
+
+        switch (bus_objects_lookup(*current_model, path, &other, &sv)) {
+        case 2:
+                if (other != fs)
+                        return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                                 "%s is a subvolume of another filesystem.", path);
+                *ret = sv;
+                return 0;
+        case 1:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                         "%s is a filesystem, not a subvolume.", path);
+        default:
+                return sd_bus_error_setf(error, SUBVOLD_ERROR_NOT_FOUND, "No subvolume %s.", path);
+        }
+}
+
+static int method_get_written_since(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        const Subvolume *sv = userdata;
+        const ExtentUser *u = NULL, *since = NULL;
+        Subvolume *snapshot;
+        const char *path;
+        int r;
+
+        r = sd_bus_message_read(message, "o", &path);
+        if (r < 0)
+                return r;
+        r = lookup_subvolume_arg(sv->filesystem, path, &snapshot, error);
+        if (r < 0)
+                return r;
+        if (sv->filesystem->extent_map) {
+                u = extent_map_find_user(sv->filesystem->extent_map, sv->id);
+                since = extent_map_find_user(sv->filesystem->extent_map, snapshot->id);
+        }
+        return sd_bus_reply_method_return(message, "t", u && since ? extent_map_written_since(u, since) : UINT64_MAX);
+}
+
 static const sd_bus_vtable subvolume_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Filesystem", "o", property_sv_filesystem, 0, SD_BUS_VTABLE_PROPERTY_CONST),
@@ -300,8 +349,15 @@ static const sd_bus_vtable subvolume_vtable[] = {
         SD_BUS_PROPERTY("UsageSource", "s", property_sv_usage, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("UsageConsistent", "b", property_sv_usage, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("UsageUpdated", "t", NULL, offsetof(Subvolume, usage.updated_usec), 0),
+        SD_BUS_PROPERTY("WrittenBytes", "t", NULL, offsetof(Subvolume, written_bytes), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("SnapshotsExclusiveBytes", "t", NULL, offsetof(Subvolume, snapshots_exclusive_bytes),
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("LogicalReferencedBytes", "t", NULL, offsetof(Subvolume, logical_referenced_bytes),
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("GetStatfs", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{sv}", statfs), method_get_statfs,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetWrittenSince", SD_BUS_ARGS("o", snapshot), SD_BUS_RESULT("t", bytes),
+                                method_get_written_since, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 
@@ -533,6 +589,64 @@ static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus
         return sd_bus_send(NULL, reply, NULL);
 }
 
+static int cmp_id(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+static int method_get_exclusive_bytes(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Filesystem *fs = userdata;
+        _cleanup_free_ uint64_t *ids = NULL;
+        _cleanup_free_ const ExtentUser **set = NULL;
+        size_t n = 0, allocated = 0;
+        uint64_t bytes;
+        const char *path;
+        int r;
+
+        r = sd_bus_message_enter_container(message, 'a', "o");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_read(message, "o", &path)) > 0) {
+                Subvolume *sv;
+
+                if (n == GET_EXCLUSIVE_BYTES_MAX)
+                        return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                                 "More than %u subvolumes; ask for at most %u at a time.",
+                                                 GET_EXCLUSIVE_BYTES_MAX, GET_EXCLUSIVE_BYTES_MAX);
+                r = lookup_subvolume_arg(fs, path, &sv, error);
+                if (r < 0)
+                        return r;
+                if (grow_array(&ids, &allocated, n + 1, sizeof(uint64_t)) < 0)
+                        return -ENOMEM;
+                ids[n++] = sv->id;
+        }
+        if (r < 0)
+                return r;
+        r = sd_bus_message_exit_container(message);
+        if (r < 0)
+                return r;
+        if (n == 0)
+                return sd_bus_reply_method_return(message, "t", UINT64_C(0));
+        /* Sorted, a duplicate is next to its twin. */
+        qsort(ids, n, sizeof(uint64_t), cmp_id);
+        for (size_t i = 1; i < n; i++)
+                if (ids[i] == ids[i - 1])
+                        return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
+                                                 "Subvolume %" PRIu64 " is in the set twice.", ids[i]);
+        set = calloc(n, sizeof(ExtentUser *));
+        if (!set)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                /* Not measured (yet), or no map at all: unknown. */
+                if (!fs->extent_map || !(set[i] = extent_map_find_user(fs->extent_map, ids[i])))
+                        return sd_bus_reply_method_return(message, "t", UINT64_MAX);
+        r = extent_map_exclusive_of(fs->extent_map, set, n, &bytes);
+        if (r < 0)
+                return r;
+        return sd_bus_reply_method_return(message, "t", bytes);
+}
+
 /* Sees every message to the manager's path before sd-bus's own handlers,
  * and takes GetManagedObjects. */
 static int on_manager_path_message(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -545,6 +659,7 @@ int bus_objects_register(sd_bus *bus, Model **model, size_t max_size) {
         int r;
 
         max_message_size = max_size;
+        current_model = model;
         /* sd-bus's object manager stays registered for introspection; our
          * callback answers GetManagedObjects and we emit the signals. */
         r = sd_bus_add_object_manager(bus, NULL, SUBVOLD_MANAGER_PATH);
@@ -582,7 +697,10 @@ static bool usage_equal(const Usage *a, const Usage *b) {
 }
 
 static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
-        return usage_equal(&a->usage, &b->usage) && a->parent_id == b->parent_id && streq(a->path, b->path) &&
+        return usage_equal(&a->usage, &b->usage) && a->written_bytes == b->written_bytes &&
+               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes &&
+               a->logical_referenced_bytes == b->logical_referenced_bytes && a->parent_id == b->parent_id &&
+               streq(a->path, b->path) &&
                memcmp(a->received_uuid, b->received_uuid, 16) == 0 && a->read_only == b->read_only &&
                a->generation == b->generation && a->change_generation == b->change_generation &&
                !a->snapshot_source == !b->snapshot_source &&

@@ -14,6 +14,9 @@
 char *bus_filesystem_path(const Filesystem *fs, char buf[static BUS_OBJECT_PATH_MAX]);
 char *bus_subvolume_path(const Subvolume *sv, char buf[static BUS_OBJECT_PATH_MAX]);
 
+/* The most subvolumes Filesystem.GetExclusiveBytes() takes in one call. */
+#define GET_EXCLUSIVE_BYTES_MAX 100000u
+
 /* What a reply that grows with the model may weigh at the most, unless
  * configured: half of dbus-daemon's default max_message_size. */
 #define BUS_DEFAULT_MAX_MESSAGE_SIZE (16u << 20)

@@ -7,7 +7,11 @@ struct ExtentSlot {
         uint64_t bytes;
         uint64_t id_sum;         /* sum of the referring subvolumes' ids */
         uint32_t users;
+        /* Scratch for extent_map_exclusive_of(), 0 between calls; it
+         * fills the padding, so it costs no memory. */
+        uint32_t mark;
 };
+_Static_assert(sizeof(struct ExtentSlot) == 32, "the scratch counter must not grow the table");
 
 static size_t slot_index(const ExtentMap *m, uint64_t bytenr) {
         /* Fibonacci hashing of the byte number; extents are 4 KiB aligned. */
@@ -93,17 +97,26 @@ static bool varint_get(ExtentIter *it, uint64_t *ret) {
         return false;
 }
 
-bool extent_iter_next(ExtentIter *it, DataExtent *ret) {
-        uint64_t delta, bytes;
+/* A signed difference as an unsigned varint value: small either way. */
+static uint64_t zigzag(uint64_t d) {
+        return (d << 1) ^ (uint64_t) -(int64_t) (d >> 63);
+}
 
-        if (it->p >= it->end || !varint_get(it, &delta) || !varint_get(it, &bytes))
+static uint64_t unzigzag(uint64_t v) {
+        return (v >> 1) ^ (uint64_t) -(int64_t) (v & 1);
+}
+
+bool extent_iter_next(ExtentIter *it, DataExtent *ret) {
+        uint64_t delta, bytes, ram;
+
+        if (it->p >= it->end || !varint_get(it, &delta) || !varint_get(it, &bytes) || !varint_get(it, &ram))
                 return false;
         /* Strictly ascending and never 0: a delta of 0 or an overflow is
          * bad data. */
         if (delta == 0 || it->bytenr + delta < it->bytenr)
                 return false;
         it->bytenr += delta;
-        *ret = (DataExtent) { .bytenr = it->bytenr, .bytes = bytes };
+        *ret = (DataExtent) { .bytenr = it->bytenr, .bytes = bytes, .ram_bytes = bytes + unzigzag(ram) };
         return true;
 }
 
@@ -122,7 +135,7 @@ static size_t packed_size(const DataExtent *extents, size_t n) {
 
         for (size_t i = 0; i < n; i++)
                 size += varint_size(extents[i].bytenr - (i ? extents[i - 1].bytenr : 0)) +
-                        varint_size(extents[i].bytes);
+                        varint_size(extents[i].bytes) + varint_size(zigzag(extents[i].ram_bytes - extents[i].bytes));
         return size;
 }
 
@@ -138,6 +151,7 @@ static int pack(const DataExtent *extents, size_t n, uint8_t **ret, size_t *ret_
         for (size_t i = 0; i < n; i++) {
                 at += varint_put(p + at, extents[i].bytenr - prev);
                 at += varint_put(p + at, extents[i].bytes);
+                at += varint_put(p + at, zigzag(extents[i].ram_bytes - extents[i].bytes));
                 prev = extents[i].bytenr;
         }
         *ret = p;
@@ -182,6 +196,7 @@ static int ref_add(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
         int r;
 
         u->referenced += e->bytes;
+        u->logical_referenced += e->ram_bytes;
         if (!s) {
                 if ((m->n_used + 1) * 4 > m->n_slots * 3) {  /* keep the load under 3/4 */
                         r = slots_grow(m);
@@ -211,6 +226,7 @@ static void ref_remove(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
         struct ExtentSlot *s = slot_find(m, e->bytenr);
 
         u->referenced -= e->bytes;
+        u->logical_referenced -= e->ram_bytes;
         if (!s)
                 return;
         s->users--;
@@ -236,7 +252,7 @@ static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
          * rarely moves anything. */
         memmove(m->users + i + 1, m->users + i, (m->n_users - i) * sizeof(ExtentUser));
         m->n_users++;
-        m->users[i] = (ExtentUser) { .id = id };
+        m->users[i] = (ExtentUser) { .id = id, .written = UINT64_MAX, .snapshots_exclusive = UINT64_MAX };
         return &m->users[i];
 }
 
@@ -251,7 +267,7 @@ static void user_clear(ExtentMap *m, ExtentUser *u) {
         m->packed_bytes -= u->packed_size;
         u->packed = NULL;
         u->packed_size = u->n_extents = 0;
-        u->referenced = u->exclusive = 0;
+        u->referenced = u->exclusive = u->logical_referenced = 0;
 }
 
 /* extent_map_set_user_packed() with @packed known to be valid. */
@@ -348,6 +364,69 @@ size_t extent_map_growth(const ExtentMap *m, uint64_t id, const DataExtent *exte
 
 size_t extent_map_memory(const ExtentMap *m) {
         return m->n_slots * sizeof(struct ExtentSlot) + m->allocated_users * sizeof(ExtentUser) + m->packed_bytes;
+}
+
+/* ---- space of sets ---- */
+
+uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since) {
+        ExtentIter a = extent_iter(u), b = extent_iter(since);
+        DataExtent x, y;
+        bool more_b = extent_iter_next(&b, &y);
+        uint64_t bytes = 0;
+
+        /* Both lists ascend: one merge walk. */
+        while (extent_iter_next(&a, &x)) {
+                while (more_b && y.bytenr < x.bytenr)
+                        more_b = extent_iter_next(&b, &y);
+                if (!more_b || y.bytenr != x.bytenr)
+                        bytes += x.bytes;
+        }
+        return bytes;
+}
+
+int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret) {
+        _cleanup_free_ struct ExtentSlot **seen = NULL;
+        size_t n_seen = 0, allocated = 0;
+        uint64_t bytes = 0;
+        int r = 0;
+
+        /* Count the members referring to each extent in its slot's
+         * scratch counter, noting each slot at its first count: one table
+         * lookup per reference, a batch of them fetched at once (each is
+         * a cache miss in a large table) ... */
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                ExtentIter it = extent_iter(set[i]);
+                DataExtent batch[16];
+                size_t k;
+
+                do {
+                        for (k = 0; k < ELEMENTSOF(batch) && extent_iter_next(&it, &batch[k]); k++)
+                                __builtin_prefetch(&m->slots[slot_index(m, batch[k].bytenr)]);
+                        for (size_t j = 0; j < k && r >= 0; j++) {
+                                struct ExtentSlot *s = slot_find(m, batch[j].bytenr);
+                                if (!s)
+                                        continue;
+                                if (s->mark == 0) {
+                                        r = grow_array(&seen, &allocated, n_seen + 1, sizeof(struct ExtentSlot *));
+                                        if (r < 0)
+                                                break;
+                                        seen[n_seen++] = s;
+                                }
+                                s->mark++;
+                        }
+                } while (k == ELEMENTSOF(batch) && r >= 0);
+        }
+        /* ... then each distinct extent once: it counts when no referrer
+         * is outside the set.  The counters go back to 0, also on error. */
+        for (size_t i = 0; i < n_seen; i++) {
+                if (seen[i]->mark == seen[i]->users)
+                        bytes += seen[i]->bytes;
+                seen[i]->mark = 0;
+        }
+        if (r < 0)
+                return r;
+        *ret = bytes;
+        return 0;
 }
 
 void extent_map_done(ExtentMap *m) {

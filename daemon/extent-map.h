@@ -19,12 +19,14 @@
 typedef struct DataExtent {
         uint64_t bytenr;
         uint64_t bytes;          /* on disk: compressed size for compressed extents */
+        uint64_t ram_bytes;      /* decompressed: the extent's whole length in files */
 } DataExtent;
 
 typedef struct ExtentUser {
         uint64_t id;             /* subvolume id */
         uint64_t generation, change_generation;  /* of the tree that was read */
         uint64_t inodes, referenced, exclusive;
+        uint64_t logical_referenced;  /* as referenced, with each extent's ram_bytes */
         uint64_t scanned_usec;   /* when the tree was read */
         /* Created in a transaction that may still be running when it was
          * read: read again once the root tree shows a commit (its
@@ -32,10 +34,15 @@ typedef struct ExtentUser {
         bool tentative;
         uint64_t tentative_fingerprint;
         /* The extents, sorted by bytenr and distinct, packed: per extent
-         * the distance from the previous bytenr and the size, each a
-         * LEB128 varint.  Also the scan cache's format. */
+         * the distance from the previous bytenr, the size and ram_bytes
+         * less the size (zigzag: it may be less, as for a preallocated
+         * extent nothing says otherwise), each a LEB128 varint.  Also the
+         * scan cache's format. */
         uint8_t *packed;
         size_t packed_size, n_extents;
+        /* Figures about its snapshots, derived by the scanner (not kept
+         * in the scan cache); UINT64_MAX until then. */
+        uint64_t written, snapshots_exclusive;
 } ExtentUser;
 
 typedef struct ExtentMap {
@@ -79,6 +86,19 @@ bool extent_iter_next(ExtentIter *it, DataExtent *ret);
 void extent_map_remove_user(ExtentMap *m, uint64_t id);
 
 const ExtentUser *extent_map_find_user(const ExtentMap *m, uint64_t id);
+
+/* Bytes of the extents @u refers to and @since does not (ZFS's
+ * written@snapshot): one merge walk of the two lists, O(extents of
+ * both), no table lookups. */
+uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since);
+
+/* Into *@ret, bytes of the extents that the @n users of @set (distinct,
+ * of @m) refer to and no other user does: what deleting them all would
+ * free.  One walk of their lists with one table lookup per extent, and
+ * one over the distinct extents met (noted in an array of 8 bytes per
+ * distinct extent, freed before returning): O(sum of their extents).
+ * The table's scratch counters are left at 0.  Returns 0 or -ENOMEM. */
+int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret);
 
 /* Number of distinct extents in the map. */
 static inline size_t extent_map_size(const ExtentMap *m) {

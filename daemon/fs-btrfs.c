@@ -373,7 +373,8 @@ static int scan_item(const struct btrfs_ioctl_search_header *h, const void *data
                         return r;
         }
         scan->extents[scan->n_extents++] = (DataExtent) { .bytenr = le64toh(fe.disk_bytenr),
-                                                          .bytes = le64toh(fe.disk_num_bytes) };
+                                                          .bytes = le64toh(fe.disk_num_bytes),
+                                                          .ram_bytes = le64toh(fe.ram_bytes) };
         return 0;
 }
 

@@ -54,7 +54,7 @@ typedef struct TreeSearchBuffer {
 int btrfs_search_buffer_prepare(int fd, TreeSearchBuffer *b);
 void btrfs_search_buffer_done(TreeSearchBuffer *b);
 
-/* What a subvolume scan may do.  Its extent array (16 bytes an extent)
+/* What a subvolume scan may do.  Its extent array (24 bytes an extent)
  * starts small; when it fills, repeats are dropped in place (reflinks and
  * clones repeat extents: a file doubled onto itself 21 times has 2^21
  * items and one extent), and only when that frees too little does it

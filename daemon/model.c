@@ -60,6 +60,7 @@ Subvolume *filesystem_add_subvolume(Filesystem *fs, Subvolume *sv) {
         n->filesystem = fs;
         n->snapshot_source = NULL;
         n->access_paths = NULL;
+        n->written_bytes = n->snapshots_exclusive_bytes = n->logical_referenced_bytes = USAGE_UNKNOWN;
         sv->path = NULL;
         return n;
 }

@@ -12,6 +12,7 @@
 #include "mounts.h"
 
 typedef struct Filesystem Filesystem;
+struct ExtentMap;
 
 /* "Unknown" for sizes and counts, and "no limit" for limits: the systemd
  * convention, so 0 always means zero. */
@@ -81,6 +82,13 @@ typedef struct Subvolume {
         const struct Subvolume *family_root;
         char **access_paths;           /* sorted, NULL-terminated, may be empty */
         Usage usage;
+        /* From the scanner's extent map (quotas off), USAGE_UNKNOWN
+         * otherwise: bytes referenced and not by its newest snapshot,
+         * what deleting all of its snapshots would free, and what it
+         * references as uncompressed bytes. */
+        uint64_t written_bytes;
+        uint64_t snapshots_exclusive_bytes;
+        uint64_t logical_referenced_bytes;  /* referenced, uncompressed */
         uint64_t path_hash;            /* see filesystem_find_subvolume_by_path() */
 } Subvolume;
 
@@ -97,6 +105,12 @@ struct Filesystem {
         uint64_t usage_read_usec;      /* when usage was last read from the kernel */
         uint64_t usage_generation;     /* the committed transaction that usage is from */
         double scan_progress;          /* share of subvolumes measured at their current state */
+        /* Which subvolume refers to which data extent, for the questions
+         * about sets of subvolumes the bus answers: the scanner's, set by
+         * scanner_update() for the model it updates, NULL when it has
+         * none (quotas on, not measured).  Valid while this model is the
+         * current one. */
+        struct ExtentMap *extent_map;
         Subvolume *subvolumes;         /* sorted by id */
         size_t n_subvolumes, allocated;
         uint32_t *path_index;          /* open addressing by path_hash: index + 1, 0 = empty */

@@ -9,7 +9,7 @@
 #include "extent-map.h"
 
 #define SCAN_CACHE_FILE "scan.cache"
-#define SCAN_CACHE_VERSION 1
+#define SCAN_CACHE_VERSION 2  /* 2: packed extents carry ram_bytes */
 
 typedef struct ScanCacheFs {
         uint8_t uuid[16];

@@ -60,6 +60,7 @@ typedef struct ScanFs {
          * being read. */
         size_t map_memory, held;
         bool seen;
+        bool derived_stale;      /* the map changed since the snapshot figures were derived */
         bool queued;             /* jobs made, not handed over yet */
         size_t batch;            /* trees read since the filesystem was last complete */
         uint64_t batch_start, batch_end;  /* CLOCK_MONOTONIC µs: first handed over, last read */
@@ -424,7 +425,7 @@ static void scanner_load(Scanner *s) {
                         extent_map_done(&fss[i].map);
                         continue;
                 }
-                *f = (ScanFs) { .cached = fss[i], .map_memory = extent_map_memory(&fss[i].map) };
+                *f = (ScanFs) { .cached = fss[i], .map_memory = extent_map_memory(&fss[i].map), .derived_stale = true };
                 users += f->cached.map.n_users;
         }
         free(fss);
@@ -686,6 +687,7 @@ static bool scan_fs_fold(Scanner *s, ScanFs *f, Result *res) {
         u->tentative = res->job.creation_generation >= res->job.fs_generation;
         u->tentative_fingerprint = res->job.fs_fingerprint;
         s->unsaved = true;
+        f->derived_stale = true;
         f->batch++;
         f->batch_end = res->finished_mono;
         return true;
@@ -805,6 +807,80 @@ static int on_hand_off(sd_event_source *source, void *userdata) {
         return 0;
 }
 
+typedef struct SnapshotLink {
+        size_t source, snapshot;  /* indexes in the filesystem's subvolumes */
+} SnapshotLink;
+
+static int cmp_link(const void *a, const void *b) {
+        const SnapshotLink *x = a, *y = b;
+
+        return x->source < y->source ? -1 : x->source > y->source ? 1 :
+               x->snapshot < y->snapshot ? -1 : x->snapshot > y->snapshot;
+}
+
+/* Derives every subvolume's WrittenBytes and SnapshotsExclusiveBytes from
+ * the map of @f (complete for @fs) and the snapshot links of @fs.  A
+ * merge walk of each source's list with its newest snapshot's, and a walk
+ * of the lists of each source's snapshots with a table lookup per extent:
+ * O(references in the map), each list walked at most twice.  Run when
+ * the map changed and every subvolume is measured: once per scan run, not
+ * per tree read. */
+static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
+        _cleanup_free_ SnapshotLink *links = NULL;
+        _cleanup_free_ const ExtentUser **set = NULL;
+        ExtentMap *map = &f->cached.map;
+        size_t n = 0;
+
+        links = calloc(fs->n_subvolumes ?: 1, sizeof(SnapshotLink));
+        set = calloc(fs->n_subvolumes ?: 1, sizeof(ExtentUser *));
+        if (!links || !set)
+                return -ENOMEM;
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                const Subvolume *sv = &fs->subvolumes[i];
+                ExtentUser *u = (ExtentUser *) extent_map_find_user(map, sv->id);
+
+                /* No snapshot: all it references is written since, and
+                 * no snapshot of it costs anything. */
+                if (u) {
+                        u->written = u->referenced;
+                        u->snapshots_exclusive = 0;
+                }
+                if (sv->snapshot_source)
+                        links[n++] = (SnapshotLink) { (size_t) (sv->snapshot_source - fs->subvolumes), i };
+        }
+        qsort(links, n, sizeof(SnapshotLink), cmp_link);
+        for (size_t i = 0, end; i < n; i = end) {
+                const Subvolume *source = &fs->subvolumes[links[i].source], *newest = NULL;
+                ExtentUser *u = (ExtentUser *) extent_map_find_user(map, source->id);
+                const ExtentUser *newest_user;
+                size_t n_set = 0;
+                bool complete = true;
+
+                for (end = i; end < n && links[end].source == links[i].source; end++) {
+                        const Subvolume *snapshot = &fs->subvolumes[links[end].snapshot];
+                        const ExtentUser *su = extent_map_find_user(map, snapshot->id);
+
+                        /* The newest by creation generation; ids break
+                         * ties (two snapshots in one transaction). */
+                        if (!newest || snapshot->creation_generation > newest->creation_generation ||
+                            (snapshot->creation_generation == newest->creation_generation && snapshot->id > newest->id))
+                                newest = snapshot;
+                        if (su)
+                                set[n_set++] = su;
+                        else
+                                complete = false;
+                }
+                if (!u)
+                        continue;
+                newest_user = extent_map_find_user(map, newest->id);
+                u->written = newest_user ? extent_map_written_since(u, newest_user) : UINT64_MAX;
+                if (!complete || extent_map_exclusive_of(map, set, n_set, &u->snapshots_exclusive) < 0)
+                        u->snapshots_exclusive = UINT64_MAX;
+        }
+        f->derived_stale = false;
+        return 0;
+}
+
 bool scanner_update(Scanner *s, Model *model) {
         bool changed, run_done = false;
         JobList new = {};
@@ -819,7 +895,7 @@ bool scanner_update(Scanner *s, Model *model) {
         for (size_t i = 0; i < model->n_filesystems; i++) {
                 Filesystem *fs = model->filesystems[i];
                 _cleanup_free_ uint64_t *pending = NULL;
-                size_t done = 0, n_pending = 0;
+                size_t done = 0, failed = 0, n_pending = 0;
                 const Mount *mount;
                 ScanFs *f;
 
@@ -843,6 +919,7 @@ bool scanner_update(Scanner *s, Model *model) {
                         if (!filesystem_find_subvolume(fs, f->cached.map.users[j].id)) {
                                 extent_map_remove_user(&f->cached.map, f->cached.map.users[j].id);
                                 scan_fs_publish(s, f);
+                                f->derived_stale = true;
                                 changed = true;
                         }
                 /* ... and failures that no longer apply. */
@@ -861,6 +938,7 @@ bool scanner_update(Scanner *s, Model *model) {
                         const ExtentUser *u = extent_map_find_user(&f->cached.map, sv->id);
 
                         if (u) {
+                                sv->logical_referenced_bytes = u->logical_referenced;
                                 sv->usage = (Usage) {
                                         .referenced = u->referenced, .exclusive = u->exclusive, .inodes = u->inodes,
                                         .referenced_limit = USAGE_UNKNOWN, .exclusive_limit = USAGE_UNKNOWN,
@@ -871,10 +949,26 @@ bool scanner_update(Scanner *s, Model *model) {
                         if (u && u->generation == sv->generation && u->change_generation == sv->change_generation &&
                             !(u->tentative && u->tentative_fingerprint != fs->root_fingerprint))
                                 done++;
+                        else if (failed_before(f, sv))
+                                failed++;  /* not read again until it changes */
                         else if (!(n_pending && bsearch(&sv->id, pending, n_pending, sizeof(uint64_t), cmp_u64)))
                                 job_add(&new, mount, model, fs, f, sv);
                 }
                 fs->scan_progress = fs->n_subvolumes ? (double) done / (double) fs->n_subvolumes : 1.0;
+                /* Until every subvolume is measured (or failed: it is not
+                 * read before it changes), the figures of the last
+                 * complete state stay. */
+                if (done + failed == fs->n_subvolumes && f->derived_stale && scan_fs_derive(f, fs) < 0)
+                        log_warning("Out of memory deriving the snapshot figures; tried again with the next update.");
+                for (size_t j = 0; j < fs->n_subvolumes; j++) {
+                        Subvolume *sv = &fs->subvolumes[j];
+                        const ExtentUser *u = extent_map_find_user(&f->cached.map, sv->id);
+
+                        if (u) {
+                                sv->written_bytes = u->written;
+                                sv->snapshots_exclusive_bytes = u->snapshots_exclusive;
+                        }
+                }
                 if (done == fs->n_subvolumes && f->batch > 0) {
                         char buf[UUID_STRING_MAX];
                         log_info("Measured the usage of %zu subvolume(s) of %s in %.2f ms.", f->batch,
@@ -898,6 +992,14 @@ bool scanner_update(Scanner *s, Model *model) {
                 s->fss[i] = s->fss[--s->n_fss];
         }
         pthread_mutex_unlock(&s->lock);
+        /* Only now: the array of maps does not move any more in this
+         * update. */
+        for (size_t i = 0; i < model->n_filesystems; i++) {
+                Filesystem *fs = model->filesystems[i];
+                ScanFs *f = fs->quota_mode == QUOTA_MODE_DISABLED ? scan_fs_find(s, fs->uuid) : NULL;
+
+                fs->extent_map = f && !f->too_big ? &f->cached.map : NULL;
+        }
         s->ready = new;
         if (s->ready.n > 0 && sd_event_source_set_enabled(s->hand_off, SD_EVENT_ONESHOT) < 0)
                 scanner_hand_off(s);

@@ -60,6 +60,10 @@ static void write_metrics(FILE *out, const Objects *o) {
                 { "subvold_subvolume_inodes", "Inodes in the subvolume.", SV_INODES },
                 { "subvold_subvolume_referenced_limit_bytes", "Quota limit on referenced bytes.", SV_REFERENCED_LIMIT },
                 { "subvold_subvolume_exclusive_limit_bytes", "Quota limit on exclusive bytes.", SV_EXCLUSIVE_LIMIT },
+                { "subvold_subvolume_written_bytes", "Bytes written since the subvolume's newest snapshot.",
+                  SV_WRITTEN },
+                { "subvold_subvolume_snapshots_exclusive_bytes",
+                  "Bytes that deleting all of the subvolume's snapshots would free.", SV_SNAPSHOTS_EXCLUSIVE },
         };
 
         prom_header(out, "subvold_up", "1: subvold answered this read.");

@@ -70,8 +70,8 @@ static void free_cells(char **cells, size_t n) {
 /* ---- list ---- */
 
 enum {
-        LIST_FS, LIST_ID, LIST_PARENT, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_INODES, LIST_RLIMIT,
-        LIST_ELIMIT, LIST_SOURCE, LIST_CREATED, LIST_UUID, LIST_PATH, _LIST_MAX
+        LIST_FS, LIST_ID, LIST_PARENT, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_SNAPSHOTS, LIST_WRITTEN,
+        LIST_INODES, LIST_RLIMIT, LIST_ELIMIT, LIST_SOURCE, LIST_CREATED, LIST_UUID, LIST_PATH, _LIST_MAX
 };
 
 static const Column list_columns[_LIST_MAX] = {
@@ -81,6 +81,8 @@ static const Column list_columns[_LIST_MAX] = {
         [LIST_FLAGS] = { "flags", "FLAGS", false },
         [LIST_REFERENCED] = { "referenced", "REFERENCED", true },
         [LIST_EXCLUSIVE] = { "exclusive", "EXCLUSIVE", true },
+        [LIST_SNAPSHOTS] = { "snapshots", "SNAPSHOTS", true },
+        [LIST_WRITTEN] = { "written", "WRITTEN", true },
         [LIST_INODES] = { "inodes", "INODES", true },
         [LIST_RLIMIT] = { "rlimit", "REF LIMIT", true },
         [LIST_ELIMIT] = { "elimit", "EXCL LIMIT", true },
@@ -103,6 +105,8 @@ static char *list_cell(const Objects *o, const Object *s, int column) {
                                 obj_u64(s, SV_READ_ONLY) ? 'R' : '-') < 0 ? NULL : c;
         case LIST_REFERENCED: return value_to_text(&s->values[SV_REFERENCED], KIND_SIZE);
         case LIST_EXCLUSIVE: return value_to_text(&s->values[SV_EXCLUSIVE], KIND_SIZE);
+        case LIST_SNAPSHOTS: return value_to_text(&s->values[SV_SNAPSHOTS_EXCLUSIVE], KIND_SIZE);
+        case LIST_WRITTEN: return value_to_text(&s->values[SV_WRITTEN], KIND_SIZE);
         case LIST_INODES: return value_to_text(&s->values[SV_INODES], KIND_COUNT);
         case LIST_RLIMIT: return value_to_text(&s->values[SV_REFERENCED_LIMIT], KIND_LIMIT);
         case LIST_ELIMIT: return value_to_text(&s->values[SV_EXCLUSIVE_LIMIT], KIND_LIMIT);
@@ -114,8 +118,8 @@ static char *list_cell(const Objects *o, const Object *s, int column) {
 }
 
 int cmd_list(sd_bus *bus, int argc, char **argv) {
-        static const int defaults[] = { LIST_FS, LIST_ID, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_INODES,
-                                        LIST_PATH };
+        static const int defaults[] = { LIST_FS, LIST_ID, LIST_FLAGS, LIST_REFERENCED, LIST_EXCLUSIVE, LIST_SNAPSHOTS,
+                                        LIST_WRITTEN, LIST_INODES, LIST_PATH };
         _cleanup_(table_freep) Table *table = NULL;
         const Object *fs = NULL;
         int columns[COLUMNS_MAX], r;
@@ -208,8 +212,8 @@ static int read_statfs(sd_bus_message *m, Df *d) {
 }
 
 enum {
-        DF_SUBVOLUME, DF_FS, DF_SOURCE, DF_SIZE, DF_USED, DF_AVAIL, DF_PCENT, DF_ITOTAL, DF_IUSED, DF_IAVAIL,
-        DF_IPCENT, DF_TARGET, _DF_MAX
+        DF_SUBVOLUME, DF_FS, DF_SOURCE, DF_SIZE, DF_USED, DF_AVAIL, DF_PCENT, DF_RATIO, DF_ITOTAL, DF_IUSED,
+        DF_IAVAIL, DF_IPCENT, DF_TARGET, _DF_MAX
 };
 
 /* Named as GNU df's --output names them where they mean the same. */
@@ -221,6 +225,7 @@ static const Column df_columns[_DF_MAX] = {
         [DF_USED] = { "used", "USED", true },
         [DF_AVAIL] = { "avail", "AVAIL", true },
         [DF_PCENT] = { "pcent", "USE%", true },
+        [DF_RATIO] = { "ratio", "RATIO", true },
         [DF_ITOTAL] = { "itotal", "INODES", true },
         [DF_IUSED] = { "iused", "IUSED", true },
         [DF_IAVAIL] = { "iavail", "IFREE", true },
@@ -251,6 +256,16 @@ static DfRow df_row(const Df *d) {
         };
 }
 
+/* ZFS's compressratio: what the data would take uncompressed over what it
+ * takes; 0 when unknown (quotas on, not measured). */
+static double compress_ratio(const Object *s) {
+        uint64_t logical = obj_u64(s, SV_LOGICAL_REFERENCED), referenced = obj_u64(s, SV_REFERENCED);
+
+        if (logical == UNKNOWN || referenced == UNKNOWN || !s->values[SV_LOGICAL_REFERENCED].set)
+                return 0;
+        return referenced ? (double) logical / (double) referenced : 1;
+}
+
 static char *df_cell(const Objects *o, const Object *s, const Df *d, const char *target, int column) {
         const Object *f = find_fs(o, obj_str(s, SV_FILESYSTEM));
         DfRow row = df_row(d);
@@ -264,6 +279,11 @@ static char *df_cell(const Objects *o, const Object *s, const Df *d, const char 
         case DF_USED: return strdup(format_size(row.used, buf));
         case DF_AVAIL: return strdup(format_size(row.avail, buf));
         case DF_PCENT: return strdup(format_percent(row.pcent, buf));
+        case DF_RATIO:
+                if (compress_ratio(s) == 0)
+                        return strdup("-");
+                snprintf(buf, sizeof buf, "%.2fx", compress_ratio(s));
+                return strdup(buf);
         case DF_ITOTAL: return strdup(format_count(row.itotal, buf));
         case DF_IUSED: return strdup(format_count(row.iused, buf));
         case DF_TARGET: return target ? term_escape(target, false) : strdup("-");
@@ -303,6 +323,11 @@ static int df_add(const Objects *o, const Object *s, const Df *d, Table *table, 
                 json_u64_or_null(row.avail, UNKNOWN);
                 json_key("use_percent");
                 json_u64_or_null(row.pcent, UNKNOWN);
+                json_key("compress_ratio");
+                if (compress_ratio(s) == 0)
+                        json_null();
+                else
+                        json_double(compress_ratio(s));
                 json_key("inodes");
                 json_u64_or_null(row.itotal, UNKNOWN);
                 json_key("inodes_used");
@@ -394,7 +419,7 @@ static int statfs_of_path(sd_bus *bus, const Objects *o, const char *path, const
 }
 
 int cmd_df(sd_bus *bus, int argc, char **argv) {
-        static const int space[] = { DF_SUBVOLUME, DF_SIZE, DF_USED, DF_AVAIL, DF_PCENT, DF_TARGET };
+        static const int space[] = { DF_SUBVOLUME, DF_SIZE, DF_USED, DF_AVAIL, DF_PCENT, DF_RATIO, DF_TARGET };
         static const int inodes[] = { DF_SUBVOLUME, DF_ITOTAL, DF_IUSED, DF_IAVAIL, DF_IPCENT, DF_TARGET };
         _cleanup_(table_freep) Table *table = NULL;
         _cleanup_free_ StatfsCall *calls = NULL;
@@ -402,8 +427,8 @@ int cmd_df(sd_bus *bus, int argc, char **argv) {
         size_t n_columns;
         Objects o;
 
-        if (parse_columns(df_columns, _DF_MAX, arg_inodes ? inodes : space, ELEMENTSOF(space), columns,
-                          &n_columns) < 0)
+        if (parse_columns(df_columns, _DF_MAX, arg_inodes ? inodes : space,
+                          arg_inodes ? ELEMENTSOF(inodes) : ELEMENTSOF(space), columns, &n_columns) < 0)
                 return EXIT_USAGE;
         r = load_objects(bus, &o);
         if (r < 0)

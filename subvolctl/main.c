@@ -13,14 +13,15 @@
 JsonMode arg_json = JSON_OFF;
 bool arg_bytes = false, arg_legend = true, arg_all = false, arg_inodes = false, arg_force = false;
 int arg_snapshots = -1;
-const char *arg_fs = NULL, *arg_output = NULL, *arg_from = NULL, *arg_to = NULL, *arg_address = NULL;
+const char *arg_fs = NULL, *arg_output = NULL, *arg_from = NULL, *arg_to = NULL, *arg_address = NULL,
+        *arg_snapshots_of = NULL;
 static bool arg_pager = true;
 
 /* The options a command may take; the rest it refuses. */
 enum {
         OPT_JSON = 1 << 0, OPT_BYTES = 1 << 1, OPT_LEGEND = 1 << 2, OPT_SNAPSHOTS = 1 << 3, OPT_FS = 1 << 4,
         OPT_ALL = 1 << 5, OPT_INODES = 1 << 6, OPT_COLUMNS = 1 << 7, OPT_FILE = 1 << 8, OPT_FROM = 1 << 9,
-        OPT_TO = 1 << 10, OPT_FORCE = 1 << 11, OPT_HUMAN = 1 << 12,
+        OPT_TO = 1 << 10, OPT_FORCE = 1 << 11, OPT_HUMAN = 1 << 12, OPT_SNAPSHOTS_OF = 1 << 13,
 };
 
 /* Help for each option, in the order help prints them. */
@@ -39,6 +40,8 @@ static const struct { unsigned bit; const char *name, *help; } option_help[] = {
         { OPT_INODES, "--inodes", "  -i --inodes            Inode columns instead of space\n" },
         { OPT_COLUMNS, "--output", "  -o --output=COLUMNS    These columns, comma-separated (see below)\n" },
         { OPT_FILE, "--output", "  -o --output=FILE       Write FILE (atomically: a new file renamed over it)\n" },
+        { OPT_SNAPSHOTS_OF, "--snapshots-of", "     --snapshots-of=SUBVOLUME\n"
+                                              "                         And every snapshot of SUBVOLUME\n" },
         { OPT_FROM, "--from", "     --from=SNAPSHOT    The snapshot to restore from: an object path, a path\n"
                               "                         in it, or a time as versions prints it\n" },
         { OPT_TO, "--to", "     --to=DEST          Where to write (default FILE.<snapshot time>)\n" },
@@ -84,6 +87,11 @@ static const Command commands[] = {
           "Every figure in the Prometheus text format, for node_exporter's textfile\n"
           "collector; with --output=FILE, written atomically, also when subvold is not\n"
           "running (subvold_up 0).", NULL },
+        { "free", NULL, cmd_free, OPT_JSON | OPT_BYTES | OPT_SNAPSHOTS_OF, 0, -1, "free SUBVOLUME...",
+          "What deleting exactly these subvolumes (and snapshots) would free: the data\n"
+          "that they refer to and no other subvolume does.  SUBVOLUME is the directory\n"
+          "a subvolume is reached at; a pattern in quotes is expanded as the shell would.",
+          "Data only, as subvold's scanner counts it (quotas off); unknown otherwise.\n" },
         { "versions", NULL, cmd_versions, OPT_JSON | OPT_BYTES | OPT_ALL, 1, 1, "versions FILE",
           "Earlier versions of FILE in its snapshots.", NULL },
         { "deleted", NULL, cmd_deleted, OPT_JSON | OPT_BYTES, 1, 1, "deleted DIR",
@@ -143,7 +151,8 @@ static void help(void) {
 /* The command word, found before getopt runs: "-h" means --human-readable
  * to df, as everyone types "df -h", and --help elsewhere. */
 static const char *command_word(int argc, char **argv) {
-        static const char *const with_argument[] = { "--address", "--fs", "--output", "--from", "--to", "-o" };
+        static const char *const with_argument[] = { "--address", "--fs", "--output", "--from", "--to", "-o",
+                                                     "--snapshots-of" };
 
         for (int i = 1; i < argc; i++) {
                 bool skip = false;
@@ -221,7 +230,7 @@ static int parse_json_mode(const char *mode) {
 
 int main(int argc, char *argv[]) {
         enum { ARG_VERSION = 0x100, ARG_ADDRESS, ARG_JSON, ARG_BYTES, ARG_SNAPSHOTS, ARG_NO_SNAPSHOTS, ARG_FS,
-               ARG_FROM, ARG_TO, ARG_FORCE, ARG_NO_LEGEND, ARG_NO_PAGER, ARG_HUMAN };
+               ARG_FROM, ARG_TO, ARG_FORCE, ARG_NO_LEGEND, ARG_NO_PAGER, ARG_HUMAN, ARG_SNAPSHOTS_OF };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -240,6 +249,7 @@ int main(int argc, char *argv[]) {
                 { "output", required_argument, NULL, 'o' },
                 { "no-legend", no_argument, NULL, ARG_NO_LEGEND },
                 { "no-pager", no_argument, NULL, ARG_NO_PAGER },
+                { "snapshots-of", required_argument, NULL, ARG_SNAPSHOTS_OF },
                 {}
         };
         const char *word = command_word(argc, argv);
@@ -316,6 +326,10 @@ int main(int argc, char *argv[]) {
                 case ARG_NO_LEGEND:
                         arg_legend = false;
                         given |= OPT_LEGEND;
+                        break;
+                case ARG_SNAPSHOTS_OF:
+                        arg_snapshots_of = optarg;
+                        given |= OPT_SNAPSHOTS_OF;
                         break;
                 case ARG_NO_PAGER:
                         arg_pager = false;

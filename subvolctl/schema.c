@@ -34,6 +34,9 @@ static const Property subvolume_properties[_SV_MAX] = {
         [SV_USAGE_SOURCE] = { "UsageSource", "source", KIND_STRING },
         [SV_USAGE_CONSISTENT] = { "UsageConsistent", "usage_consistent", KIND_BOOL },
         [SV_USAGE_UPDATED] = { "UsageUpdated", "usage_updated", KIND_TIME },
+        [SV_WRITTEN] = { "WrittenBytes", "written", KIND_SIZE },
+        [SV_SNAPSHOTS_EXCLUSIVE] = { "SnapshotsExclusiveBytes", "snapshots_exclusive", KIND_SIZE },
+        [SV_LOGICAL_REFERENCED] = { "LogicalReferencedBytes", "logical_referenced", KIND_SIZE },
 };
 
 static const Property filesystem_properties[_FS_MAX] = {

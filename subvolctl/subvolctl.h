@@ -37,7 +37,7 @@ typedef enum JsonMode { JSON_OFF, JSON_SHORT, JSON_PRETTY } JsonMode;
 extern JsonMode arg_json;
 extern bool arg_bytes, arg_legend, arg_all, arg_inodes, arg_force;
 extern int arg_snapshots;  /* -1: all, 1: only snapshots, 0: no snapshots */
-extern const char *arg_fs, *arg_output, *arg_from, *arg_to, *arg_address;
+extern const char *arg_fs, *arg_output, *arg_from, *arg_to, *arg_address, *arg_snapshots_of;
 
 /* ---- schema.c ---- */
 
@@ -74,7 +74,8 @@ enum {
         SV_FILESYSTEM, SV_ID, SV_PARENT_ID, SV_PATH, SV_NAME, SV_DISPLAY_PATH, SV_UUID, SV_PARENT_UUID,
         SV_RECEIVED_UUID, SV_IS_SNAPSHOT, SV_SNAPSHOT_SOURCE, SV_READ_ONLY, SV_GENERATION, SV_CHANGE_GENERATION,
         SV_CREATION_TIME, SV_ACCESS_PATHS, SV_REFERENCED, SV_EXCLUSIVE, SV_INODES, SV_REFERENCED_LIMIT,
-        SV_EXCLUSIVE_LIMIT, SV_USAGE_SOURCE, SV_USAGE_CONSISTENT, SV_USAGE_UPDATED, _SV_MAX
+        SV_EXCLUSIVE_LIMIT, SV_USAGE_SOURCE, SV_USAGE_CONSISTENT, SV_USAGE_UPDATED, SV_WRITTEN,
+        SV_SNAPSHOTS_EXCLUSIVE, SV_LOGICAL_REFERENCED, _SV_MAX
 };
 enum {
         FS_UUID, FS_LABEL, FS_LABEL_BYTES, FS_TYPE, FS_DEVICES, FS_MOUNT_POINTS, FS_SIZE, FS_USED, FS_FREE,
@@ -213,3 +214,4 @@ int cmd_versions(sd_bus *bus, int argc, char **argv);
 int cmd_deleted(sd_bus *bus, int argc, char **argv);
 int cmd_restore(sd_bus *bus, int argc, char **argv);
 int cmd_identity(sd_bus *bus, int argc, char **argv);
+int cmd_free(sd_bus *bus, int argc, char **argv);

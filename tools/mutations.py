@@ -25,6 +25,46 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (file, text to find (exactly once), replacement, tests that must
 # fail[, "sanitize": run them on an ASan+UBSan build with leak checking])
 MUTATIONS = {
+    "exclusive-of-counts-shared-extents": (
+        "daemon/extent-map.c",
+        "if (seen[i]->mark == seen[i]->users)",
+        "if (seen[i]->mark > 0)",
+        ["test-extent-map", "test_space"]),
+    "written-since-ignores-the-snapshot": (
+        "daemon/extent-map.c",
+        "if (!more_b || y.bytenr != x.bytenr)",
+        "if (true)",
+        ["test-extent-map", "test_space"]),
+    "newest-snapshot-is-the-oldest": (
+        "daemon/scanner.c",
+        "snapshot->creation_generation > newest->creation_generation",
+        "snapshot->creation_generation < newest->creation_generation",
+        ["test_space"]),
+    "logical-bytes-are-disk-bytes": (
+        "daemon/fs-btrfs.c",
+        ".ram_bytes = le64toh(fe.ram_bytes) }",
+        ".ram_bytes = le64toh(fe.disk_num_bytes) }",
+        ["test_space"]),
+    "set-member-twice-accepted": (
+        "daemon/bus-objects.c",
+        "if (ids[i] == ids[i - 1])",
+        "if (false)",
+        ["test_space"]),
+    "set-member-of-another-filesystem-accepted": (
+        "daemon/bus-objects.c",
+        "                if (other != fs)\n",
+        "                if (false)\n",
+        ["test_space"]),
+    "set-limit-off-by-one": (
+        "daemon/bus-objects.c",
+        "if (n == GET_EXCLUSIVE_BYTES_MAX)",
+        "if (n == GET_EXCLUSIVE_BYTES_MAX + 1)",
+        ["test_space"]),
+    "snapshot-figures-emit-no-signal": (
+        "daemon/bus-objects.c",
+        "a->written_bytes == b->written_bytes &&\n               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes &&\n               ",
+        "",
+        ["test_space"]),
     "size-bound-undercounts-display-path": (
         "daemon/bus-objects.c",
         "string_bound(sv->path, 4) + strv_bound(sv->access_paths)",
@@ -357,6 +397,21 @@ MUTATIONS = {
         "daemon/bus-manager.c",
         "        if (memchr(p, 0, n))",
         "        if (false)",
+        ["test_subvolctl"]),
+    "free-counts-a-subvolume-twice": (
+        "subvolctl/cmd-free.c",
+        "                if (c->svs[i] == s)\n                        return 0;",
+        "                if (false)\n                        return 0;",
+        ["test_subvolctl"]),
+    "free-takes-any-path": (
+        "subvolctl/cmd-free.c",
+        "st.st_ino != SUBVOLUME_ROOT_INODE",
+        "false",
+        ["test_subvolctl"]),
+    "list-written-is-referenced": (
+        "subvolctl/cmd-space.c",
+        "case LIST_WRITTEN: return value_to_text(&s->values[SV_WRITTEN], KIND_SIZE);",
+        "case LIST_WRITTEN: return value_to_text(&s->values[SV_REFERENCED], KIND_SIZE);",
         ["test_subvolctl"]),
 }
 

@@ -86,7 +86,9 @@ class AccessTest(TestCase):
             (MANAGER_IFACE, "GetSubvolumeByPathBytes"): [f"b'{self.mnt}/vol/file'"],
             (MANAGER_IFACE, "Refresh"): [],
             (FS_IFACE, "GetSubvolumes"): ["uint64 0", "uint32 100"],
+            (FS_IFACE, "GetExclusiveBytes"): [f"['{self.vol}', '{self.snap}']"],
             (SUBVOLUME_IFACE, "GetStatfs"): [],
+            (SUBVOLUME_IFACE, "GetWrittenSince"): [self.snap],
         }
         self.assertIn((iface, method), args, f"the test does not know how to call {iface}.{method}: teach it")
         p = self.bus.run("gdbus", "call", "--system", "--dest", BUS_NAME, "--object-path", self.objects()[iface],

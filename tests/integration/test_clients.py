@@ -98,12 +98,13 @@ class ClientsTest(DaemonTest):
 
         # The table, with exact bytes and with IEC sizes.
         out = self.ctl("--bytes", "list", "--fs", self.fs.uuid)[0].splitlines()
-        self.assertEqual(out[0].split(), ["FILESYSTEM", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "INODES", "PATH"])
+        self.assertEqual(out[0].split(), ["FILESYSTEM", "ID", "FLAGS", "REFERENCED", "EXCLUSIVE", "SNAPSHOTS", "WRITTEN",
+                                          "INODES", "PATH"])
         row = next(l.split() for l in out[1:] if l.split()[1:2] == [str(btrfs_rootid(f"{self.mnt}/snap-ro"))])
         self.assertEqual(row[0], "data")
         self.assertEqual(row[2], "SR")
         self.assertEqual(int(row[3]), quota[int(row[1])][0])
-        self.assertEqual(row[6], "/snap-ro")
+        self.assertEqual(row[8], "/snap-ro")
         human = self.ctl("list", "--fs", self.fs.uuid)[0].splitlines()
         vol = btrfs_rootid(f"{self.mnt}/vol")
         row = next(l.split() for l in human[1:] if l.split()[1:2] == [str(vol)])
@@ -137,8 +138,9 @@ class ClientsTest(DaemonTest):
         self.assertEqual(sorted(r["path"] for r in every if r["object"].startswith(self.fs.object_path + "/")),
                          sorted(["/"] + ["/" + t["path"].decode() for t in btrfs_subvolume_list(self.mnt).values()]))
         text = self.ctl("df", f"{self.mnt}/vol")[0].splitlines()
-        self.assertEqual(text[0].split(), ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "MOUNTED", "ON"])
+        self.assertEqual(text[0].split(), ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "RATIO", "MOUNTED", "ON"])
         self.assertEqual(text[1].split()[1], "200M")
+        self.assertEqual(text[1].split()[5], "-")  # quotas on: no scan, no logical size
 
     def test_show(self):
         snap = f"{self.mnt}/snap-ro"

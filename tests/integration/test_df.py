@@ -132,9 +132,10 @@ class DfTest(TestCase):
         self.assertEqual((self.df_json("--all")["/home"]["mounted"], self.df_json("--all")["/home"]["mounted_on"]),
                          (False, self.mnt + "/home"))
         header, rows = self.table("--all")
-        self.assertEqual(header, ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "MOUNTED", "ON"])
+        self.assertEqual(header, ["SUBVOLUME", "SIZE", "USED", "AVAIL", "USE%", "RATIO", "MOUNTED", "ON"])
         self.assertEqual(rows["/home"][2], "3.0M")
-        self.assertEqual(rows["/srv"][5], self.srv)
+        self.assertEqual(rows["/home"][5], "1.00x")  # nothing compressed
+        self.assertEqual(rows["/srv"][6], self.srv)
         header, rows = self.table()
         self.assertEqual(set(rows), {"/", "/srv"})
         # Inodes, as df -i: no free count (btrfs has no inode table).

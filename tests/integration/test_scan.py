@@ -829,9 +829,9 @@ class ScanTest(ScanTestCase):
 
     def test_extents_past_max_memory(self):
         """Trees with more distinct extents than --scan-max-memory=1M can
-        hold: one of 240,000 preallocated extents (3.7 MiB as an array) is
+        hold: one of 240,000 preallocated extents (5.5 MiB as an array) is
         read no further once they do not fit; one of 20,000 (an array of
-        320 KiB, but 1.5 MiB of table in the map) is read, and refused
+        480 KiB, but 1.5 MiB of table in the map) is read, and refused
         before the map takes it in.  Either way one warning, no figures for
         the filesystem, and the daemon's peak RSS, from where it was once
         it had measured a filesystem within the cap, grows by less than the

@@ -16,7 +16,7 @@ import subprocess
 import threading
 
 from harness import (BUS_NAME, MANAGER_IFACE, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Btrfs, Bus, Daemon, TestCase,
-                     btrfs_rootid, main, run, snapshot, subvolume_create, wait_for)
+                     btrfs_rootid, main, run, snapshot, subvolume_create, wait_for, write_random)
 
 SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 MAN_PAGE = os.path.join(SOURCE_DIR, "subvolctl", "subvolctl.1")
@@ -226,6 +226,56 @@ class SubvolctlTest(TestCase):
         table = self.ctl("--bytes", "list")[0].decode().splitlines()[:-2]
         self.assertEqual(len({l.index("/") for l in table[1:]}), 1, "PATH must start in one column:\n" +
                          "\n".join(table))
+
+    def test_what_snapshots_cost(self):
+        """list's SNAPSHOTS and WRITTEN, and free, on a filesystem the
+        scanner measures (quotas off), against sizes known by
+        construction: 1 MiB files, each one extent."""
+        mib = 1 << 20
+        base = self.other_mnt
+        subvolume_create(f"{base}/vol")
+        write = lambda name: (write_random(f"{base}/vol/{name}", mib), os.sync())
+        write("a")
+        snapshot(f"{base}/vol", f"{base}/s1", readonly=True)
+        write("b")
+        snapshot(f"{base}/vol", f"{base}/s2", readonly=True)
+        os.unlink(f"{base}/vol/a")
+        write("c")
+        os.sync()
+        for file in (f"{base}/s1/a", f"{base}/vol/b", f"{base}/vol/c"):
+            self.assertIn(": 1 extent found", run("filefrag", file).decode(), "one extent per file, by construction")
+        # a: s1, s2; b: s2, vol; c: vol.
+        vol = lambda: next((r for r in self.json("list", "--fs", base) if r["path"] == "/vol"), {})
+        wait_for(lambda: (vol().get("snapshots_exclusive"), vol().get("written")) == (mib, mib),
+                 "the scanner's snapshot figures")
+        row = next(l.split() for l in self.ctl("--bytes", "list", "--fs", base)[0].decode().splitlines()
+                   if l.endswith(" /vol"))
+        # REFERENCED b and c; EXCLUSIVE c; SNAPSHOTS a (only s1 and s2 have it); WRITTEN c (not in s2).
+        self.assertEqual([int(v) for v in row[3:7]], [2 * mib, mib, mib, mib])
+        # RATIO: logical over referenced, nothing compressed here.
+        df = next(l.split() for l in self.ctl("df", f"{base}/vol")[0].decode().splitlines()[1:])
+        shown = self.json("show", f"{base}/vol")
+        self.assertEqual(shown["logical_referenced"], shown["referenced"])
+        self.assertEqual(df[5], "1.00x")
+        free = lambda *args: self.json("free", *args)[0]["bytes"]
+        self.assertEqual(free(f"{base}/s1"), 0)
+        self.assertEqual(free(f"{base}/s2"), 0)
+        self.assertEqual(free(f"{base}/s1", f"{base}/s2"), mib)
+        self.assertEqual(free(f"{base}/s[12]"), mib)  # a pattern, expanded by subvolctl
+        self.assertEqual(free("--snapshots-of", f"{base}/vol"), mib)
+        self.assertEqual(free(f"{base}/vol", f"{base}/s2"), 2 * mib)  # b and c
+        self.assertEqual(free(f"{base}/vol", f"{base}/vol/."), mib)  # named twice, counted once
+        text = self.ctl("free", f"{base}/s1", f"{base}/s2")[0].decode()
+        self.assertIn("Deleting these 2 would free 1.0M of data.", text)
+        self.assertIn("not a subvolume", self.ctl("free", f"{base}/vol/b", rc=2)[1])
+        # Quotas on: unknown, said so.
+        self.assertIsNone(self.json("free", f"{self.mnt}/snap")[0]["bytes"])
+        self.assertIn("unknown", self.ctl("free", f"{self.mnt}/snap")[0].decode())
+        metrics = self.ctl("metrics")[0].decode()
+        vid = btrfs_rootid(f"{base}/vol")
+        self.assertIn(f'subvold_subvolume_snapshots_exclusive_bytes{{uuid="{self.other.uuid}",id="{vid}"}} {mib}\n',
+                      metrics)
+        self.assertIn(f'subvold_subvolume_written_bytes{{uuid="{self.other.uuid}",id="{vid}"}} {mib}\n', metrics)
 
     def test_help_and_man_page_agree(self):
         """Every command and option the help names, the man page

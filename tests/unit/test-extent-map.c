@@ -13,6 +13,7 @@ static DataExtent *extents(size_t n, ...) {
         for (size_t i = 0; i < n; i++) {
                 e[i].bytenr = va_arg(ap, uint64_t);
                 e[i].bytes = va_arg(ap, uint64_t);
+                e[i].ram_bytes = e[i].bytes;  /* uncompressed */
         }
         va_end(ap);
         return e;
@@ -55,6 +56,53 @@ static void test_sharing(void) {
         g_assert_cmpuint(extent_map_size(&m), ==, 2);
         extent_map_remove_user(&m, 256);
         g_assert_cmpuint(extent_map_size(&m), ==, 0);
+        extent_map_done(&m);
+}
+
+static uint64_t exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n) {
+        uint64_t bytes = UINT64_MAX;
+
+        g_assert_cmpint(extent_map_exclusive_of(m, set, n, &bytes), ==, 0);
+        return bytes;
+}
+
+/* Written-since and exclusive-of-a-set, against what each extent's
+ * referrers say by construction. */
+static void test_sets(void) {
+        ExtentMap m = {};
+        const ExtentUser *set[3];
+
+        /* 256 refers to a, b, c; 257 (its snapshot) to a, b, d; 258 to b
+         * (a reflink) and e.  a = 1 K, b = 2 K, c = 4 K, d = 8 K, e = 16 K. */
+        g_assert_cmpint(extent_map_set_user(&m, 256, 1, 1, 1, 0, extents(3, 1 * K, 1 * K, 2 * K, 2 * K, 3 * K, 4 * K), 3), ==, 0);
+        g_assert_cmpint(extent_map_set_user(&m, 257, 1, 1, 1, 0, extents(3, 1 * K, 1 * K, 2 * K, 2 * K, 4 * K, 8 * K), 3), ==, 0);
+        g_assert_cmpint(extent_map_set_user(&m, 258, 1, 1, 1, 0, extents(2, 2 * K, 2 * K, 5 * K, 16 * K), 2), ==, 0);
+        set[0] = extent_map_find_user(&m, 256);
+        set[1] = extent_map_find_user(&m, 257);
+        set[2] = extent_map_find_user(&m, 258);
+        /* Uncompressed, ram_bytes is the size. */
+        g_assert_cmpuint(set[0]->logical_referenced, ==, 7 * K);
+        g_assert_cmpuint(extent_map_written_since(set[0], set[1]), ==, 4 * K);
+        g_assert_cmpuint(extent_map_written_since(set[1], set[0]), ==, 8 * K);
+        g_assert_cmpuint(extent_map_written_since(set[0], set[2]), ==, 5 * K);
+        g_assert_cmpuint(extent_map_written_since(set[0], set[0]), ==, 0);
+        g_assert_cmpuint(exclusive_of(&m, set, 0), ==, 0);
+        g_assert_cmpuint(exclusive_of(&m, set, 1), ==, 4 * K);
+        /* a is theirs; b is 258's too. */
+        g_assert_cmpuint(exclusive_of(&m, set, 2), ==, 1 * K + 4 * K + 8 * K);
+        g_assert_cmpuint(exclusive_of(&m, set + 1, 2), ==, 8 * K + 16 * K);
+        g_assert_cmpuint(exclusive_of(&m, set, 3), ==, 31 * K);
+        /* The counters were left at 0: the same answer again. */
+        g_assert_cmpuint(exclusive_of(&m, set, 2), ==, 13 * K);
+        /* Compressed: 1 K on disk holding 8 K, counted once however many
+         * times it is referred to; it goes with the list it came in. */
+        DataExtent *z = extents(2, 6 * K, 1 * K, 7 * K, 2 * K);
+        z[0].ram_bytes = 8 * K;
+        g_assert_cmpint(extent_map_set_user(&m, 256, 2, 2, 1, 0, z, 2), ==, 0);
+        g_assert_cmpuint(extent_map_find_user(&m, 256)->referenced, ==, 3 * K);
+        g_assert_cmpuint(extent_map_find_user(&m, 256)->logical_referenced, ==, 10 * K);
+        g_assert_cmpint(extent_map_set_user(&m, 256, 3, 3, 1, 0, extents(1, 7 * K, 2 * K), 1), ==, 0);
+        g_assert_cmpuint(extent_map_find_user(&m, 256)->logical_referenced, ==, 2 * K);
         extent_map_done(&m);
 }
 
@@ -124,7 +172,8 @@ static void test_user_order(void) {
 static void test_packing(void) {
         /* Small and huge numbers: one- to ten-byte varints. */
         static const DataExtent in[] = {
-                { 1, 1 }, { 128, 127 }, { 4096, 4096 }, { 1ULL << 40, 128ULL << 20 }, { UINT64_MAX - 1, UINT64_MAX },
+                { 1, 1, 1 }, { 128, 127, 4096 }, { 4096, 4096, 0 }, { 1ULL << 40, 128ULL << 20, 128ULL << 20 },
+                { UINT64_MAX - 1, UINT64_MAX, 1 },
         };
         ExtentMap m = {};
         DataExtent *copy = g_memdup2(in, sizeof in), e;
@@ -139,6 +188,7 @@ static void test_packing(void) {
         while (extent_iter_next(&it, &e)) {
                 g_assert_cmpuint(e.bytenr, ==, in[n].bytenr);
                 g_assert_cmpuint(e.bytes, ==, in[n].bytes);
+                g_assert_cmpuint(e.ram_bytes, ==, in[n].ram_bytes);
                 n++;
         }
         g_assert_cmpuint(n, ==, G_N_ELEMENTS(in));
@@ -152,13 +202,14 @@ static void test_packed_checked(void) {
                 uint8_t data[12];
                 size_t size, n;
         } bad[] = {
-                { "fewer extents than said", { 0x01, 0x01 }, 2, 2 },
-                { "more extents than said", { 0x01, 0x01, 0x01, 0x01 }, 4, 1 },
-                { "a zero distance (not ascending)", { 0x01, 0x01, 0x00, 0x01 }, 4, 2 },
-                { "a truncated varint", { 0x01, 0x81 }, 2, 1 },
-                { "trailing bytes", { 0x01, 0x01, 0x01 }, 3, 1 },
-                { "a varint over 64 bits", { 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02 }, 11, 1 },
-                { "a varint of 11 bytes", { 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x81, 0x00 }, 12, 1 },
+                { "fewer extents than said", { 0x01, 0x01, 0x00 }, 3, 2 },
+                { "more extents than said", { 0x01, 0x01, 0x00, 0x01, 0x01, 0x00 }, 6, 1 },
+                { "a zero distance (not ascending)", { 0x01, 0x01, 0x00, 0x00, 0x01, 0x00 }, 6, 2 },
+                { "a truncated varint", { 0x01, 0x01, 0x81 }, 3, 1 },
+                { "no ram_bytes", { 0x01, 0x01 }, 2, 1 },
+                { "trailing bytes", { 0x01, 0x01, 0x00, 0x01 }, 4, 1 },
+                { "a varint over 64 bits", { 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0x00 }, 12, 1 },
+                { "a varint of 11 bytes", { 0x01, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x81 }, 12, 1 },
         };
         ExtentMap m = {};
 
@@ -170,7 +221,7 @@ static void test_packed_checked(void) {
         }
         g_assert_cmpuint(extent_map_size(&m), ==, 0);
         /* An overflow of the byte number: UINT64_MAX, then +2. */
-        uint8_t overflow[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x01, 0x02, 0x01 };
+        uint8_t overflow[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x01, 0x00, 0x02, 0x01, 0x00 };
         g_assert_cmpint(extent_map_set_user_packed(&m, 256, 1, 1, 0, 0, g_memdup2(overflow, sizeof overflow),
                                                    sizeof overflow, 2), ==, -EBADMSG);
         extent_map_done(&m);
@@ -180,6 +231,7 @@ int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/extent-map/sharing", test_sharing);
         g_test_add_func("/extent-map/many", test_many);
+        g_test_add_func("/extent-map/sets", test_sets);
         g_test_add_func("/extent-map/growth", test_growth);
         g_test_add_func("/extent-map/user-order", test_user_order);
         g_test_add_func("/extent-map/packing", test_packing);

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""What snapshots cost, with quotas off (the scanner's extent map):
+Subvolume.WrittenBytes, SnapshotsExclusiveBytes and GetWrittenSince(),
+Filesystem.GetExclusiveBytes() for every subset of a subvolume and its two
+snapshots, as the ordinary user through the shipped policy.  Expectations
+twice: by construction (1 MiB files) and from the trees
+as btrfs-progs dumps them; single subvolumes also against `btrfs
+filesystem du`, sets against level-1 qgroups."""
+
+import collections
+import itertools
+import os
+
+from harness import (FS_IFACE, SUBVOLUME_IFACE, BUS_NAME, Monitor, main, run, snapshot, subvolume_create, wait_for,
+                     write_random)
+from test_scan import (MiB, SCAN_TIMEOUT, ScanTestCase, extents_by_subvolume, nodesize, settle, subvolume_ids,
+                       trees)
+
+INVALID, NOT_FOUND = "org.subvold.Subvold1.Error.InvalidArgument", "org.subvold.Subvold1.Error.NotFound"
+UNKNOWN = 2**64 - 1
+
+
+def expected_figures(extents, family):
+    """From {id: {bytenr: bytes}}: the figures of every subset of @family
+    and the per-subvolume ones, by the definitions in the XML."""
+    owners = collections.defaultdict(set)
+    for i, ext in extents.items():
+        for b in ext:
+            owners[b].add(i)
+    size = {b: n for ext in extents.values() for b, n in ext.items()}
+
+    def exclusive(members):
+        return sum(size[b] for b, o in owners.items() if o & members and o <= members)
+
+    def written(a, b):
+        return sum(n for e, n in extents[a].items() if e not in extents[b])
+
+    subsets = {frozenset(c): exclusive(set(c)) for k in range(len(family) + 1)
+               for c in itertools.combinations(family, k)}
+    return subsets, exclusive, written
+
+
+class SpaceTest(ScanTestCase):
+    def obj(self, sid):
+        return f"{self.fs.object_path}/{sid}"
+
+    def id(self, name):
+        return self.id_of(f"{self.mnt}/{name}")
+
+    def exclusive_bytes(self, ids, fs=None):
+        return self.bus.call((fs or self.fs).object_path, FS_IFACE, "GetExclusiveBytes", "ao", str(len(ids)),
+                             *(self.obj(i) for i in ids))[0]
+
+    def written_since(self, sid, since):
+        return self.bus.call(self.obj(sid), SUBVOLUME_IFACE, "GetWrittenSince", "o", self.obj(since))[0]
+
+    def wait_figures(self, want):
+        """Waits until the bus shows @want {id: (WrittenBytes,
+        SnapshotsExclusiveBytes)} with the scan complete."""
+        settle(self.mnt)
+        self.refresh()
+        last = {}
+
+        def shown():
+            got = self.published(self.fs)
+            last.update({i: (got[i]["WrittenBytes"], got[i]["SnapshotsExclusiveBytes"]) if i in got else None
+                         for i in want})
+            return (self.bus.get(self.fs.object_path, FS_IFACE, "ScanProgress") == 1.0 and
+                    all(last[i] == w for i, w in want.items()) and set(got) == subvolume_ids(self.mnt))
+        try:
+            wait_for(shown, "written and snapshots' bytes", timeout=SCAN_TIMEOUT)
+        except AssertionError:
+            self.fail(f"published {last} != expected {want}")
+
+    def check(self, vol, snaps, others, by_hand):
+        """Every figure against the trees; @by_hand: the ones built by
+        construction, {subset (tuple of ids): bytes}, and written since
+        each snapshot."""
+        settle(self.mnt)
+        ids = [vol, *snaps, *others]
+        extents = extents_by_subvolume(self.fs.device, ids)
+        subsets, exclusive, written = expected_figures(extents, [vol, *snaps])
+        # @snaps in the order they were taken: the newest last.
+        want = {vol: (written(vol, snaps[-1]) if snaps else sum(extents[vol].values()), exclusive(set(snaps)))}
+        for i in [*snaps, *others]:
+            want[i] = (sum(extents[i].values()), 0)
+        self.wait_figures(want)
+        for subset, bytes_ in subsets.items():
+            with self.subTest(subset=sorted(subset)):
+                self.assertEqual(self.exclusive_bytes(sorted(subset)), bytes_)
+                self.assertEqual(self.exclusive_bytes(sorted(subset, reverse=True)), bytes_)
+        for s in snaps:
+            self.assertEqual(self.written_since(vol, s), written(vol, s))
+            self.assertEqual(self.written_since(s, vol), written(s, vol))
+        for key, bytes_ in by_hand.items():
+            if key and key[0] == "written":
+                self.assertEqual(self.written_since(vol, key[1]), bytes_, key)
+            else:
+                self.assertEqual(self.exclusive_bytes(list(key)), bytes_, key)
+        # btrfs-progs: what no other file refers to, per subvolume (FIEMAP's
+        # SHARED flag), counts the same here as uncompressed, unshared
+        # extents are whole.
+        for i in ids:
+            path = next(p for p in (f"{self.mnt}/{n}" for n in os.listdir(self.mnt)) if self.id_of(p) == i)
+            out = run("btrfs", "filesystem", "du", "-s", "--raw", path).decode().splitlines()[1].split()
+            self.assertEqual(int(out[1]), self.exclusive_bytes([i]), path)
+        return want
+
+    def id_of(self, path):
+        return int(run("btrfs", "inspect-internal", "rootid", path))
+
+    def test_snapshots_cost(self):
+        self.fs, self.mnt = self.make_fs()
+        other_fs, other_mnt = self.make_fs("other")
+        subvolume_create(f"{other_mnt}/X")
+        x = f"{other_fs.object_path}/{self.id_of(other_mnt + '/X')}"
+        m = self.mnt
+        subvolume_create(f"{m}/V")
+        subvolume_create(f"{m}/W")
+        for name in "abcd":
+            write_random(f"{m}/V/{name}", MiB)
+        # A zstd-compressed file: extents smaller than what they hold.
+        open(f"{m}/V/z", "wb").close()
+        run("btrfs", "property", "set", f"{m}/V/z", "compression", "zstd")
+        with open(f"{m}/V/z", "wb") as f:
+            f.write(b"snapshot space " * (MiB // 15))
+        settle(m)
+        snapshot(f"{m}/V", f"{m}/S1", readonly=True)
+        # Between the snapshots: a rewritten, a deleted, a new file and a
+        # reflink of c into W.
+        write_random(f"{m}/V/a", MiB)
+        os.unlink(f"{m}/V/b")
+        write_random(f"{m}/V/e", MiB)
+        run("cp", "--reflink=always", f"{m}/V/c", f"{m}/W/c")
+        settle(m)
+        snapshot(f"{m}/V", f"{m}/S2", readonly=True)
+        write_random(f"{m}/V/d", MiB)
+        write_random(f"{m}/V/f", MiB)
+        # Apart: U (read-only) with g, also in W; its snapshot T adds h.
+        subvolume_create(f"{m}/U")
+        write_random(f"{m}/U/g", MiB)
+        run("cp", "--reflink=always", f"{m}/U/g", f"{m}/W/g")
+        snapshot(f"{m}/U", f"{m}/T")
+        write_random(f"{m}/T/h", MiB)
+        run("btrfs", "property", "set", "-ts", f"{m}/U", "ro", "true")
+        v, s1, s2, w, u = (self.id(n) for n in ("V", "S1", "S2", "W", "U"))
+        self.start()
+        monitor = Monitor(self, self.bus)
+        self.wait_figures({u: (0, MiB)})
+
+        # Files (1 MiB each, z apart): a, b, d in S1 only or S1 and S2;
+        # c in V, S1, S2, W; a' and e in V, S2; d' and f in V only.
+        want = self.check(v, [s1, s2], [w], {
+            (): 0, (v,): 2 * MiB, (s1,): 2 * MiB, (s2,): 0, (v, s1): 4 * MiB, (v, s2): 4 * MiB,
+            (s1, s2): 3 * MiB, ("written", s1): 4 * MiB, ("written", s2): 2 * MiB})
+        self.assertEqual(want[v], (2 * MiB, 3 * MiB))
+        # V: c, a', e, d', f and z.  (A sync elsewhere may split a 1 MiB
+        # file into extents: sums hold whatever the split.)
+        z = sum(extents_by_subvolume(self.fs.device, [v])[v].values()) - 5 * MiB
+        self.assertGreater(z, 0)
+        self.assertLess(z, MiB // 2)  # compressed
+        self.assertEqual(self.exclusive_bytes([v, s1, s2]), 7 * MiB + z)
+        # Uncompressed: z's eight 128 KiB extents hold 1 MiB; against
+        # compsize's "Uncompressed" and "Disk Usage" too.
+        got = self.bus.get(self.obj(v), SUBVOLUME_IFACE, "LogicalReferencedBytes")
+        self.assertEqual(got, 6 * MiB)
+        self.assertEqual(self.bus.get(self.obj(s1), SUBVOLUME_IFACE, "LogicalReferencedBytes"), 5 * MiB)
+        total = next(line.split() for line in run("compsize", "-b", f"{m}/V").decode().splitlines()
+                     if line.startswith("TOTAL"))
+        self.assertEqual((int(total[3]), int(total[2])),
+                         (got, self.bus.get(self.obj(v), SUBVOLUME_IFACE, "ReferencedBytes")))
+
+        # A further change: e only in S2 now, c no longer in W.
+        os.unlink(f"{m}/V/e")
+        os.unlink(f"{m}/W/c")
+        want = self.check(v, [s1, s2], [w], {(s2,): MiB, (s1, s2): 4 * MiB, (v, s1, s2): 8 * MiB + z})
+        self.assertEqual(want[v], (2 * MiB, 4 * MiB))
+
+        # S1 deleted: a and b are gone, S2 is the only snapshot.
+        run("btrfs", "subvolume", "delete", f"{m}/S1")
+        run("btrfs", "subvolume", "sync", m)
+        want = self.check(v, [s2], [w], {(s2,): 2 * MiB, (v, s2): 6 * MiB + z, ("written", s2): 2 * MiB})
+        self.assertEqual(want[v], (2 * MiB, 2 * MiB))
+
+        # U is read-only and shares all it has with W: deleting its
+        # snapshot T changes none of its own figures but these two, which
+        # the change signal must carry.
+        self.assertEqual(self.bus.get(self.obj(u), SUBVOLUME_IFACE, "ExclusiveBytes"), 0)
+        mark = monitor.mark()
+        run("btrfs", "subvolume", "delete", f"{m}/T")
+        run("btrfs", "subvolume", "sync", m)
+        self.wait_figures({u: (MiB, 0)})
+        self.assertEqual(self.bus.get(self.obj(u), SUBVOLUME_IFACE, "ExclusiveBytes"), 0)
+        monitor.wait(f"{self.obj(u)}:", "PropertiesChanged", f"'WrittenBytes': <uint64 {MiB}>",
+                     "'SnapshotsExclusiveBytes': <uint64 0>", since=mark)
+
+        # Errors, as the ordinary user.
+        self.assertIn(x, self.bus.managed_objects())
+        err = lambda path, iface, method, *args: self.bus.error_name(path, iface, method, *args)
+        self.assertEqual(err(self.obj(v), SUBVOLUME_IFACE, "GetWrittenSince", f"'{x}'"), INVALID)
+        self.assertEqual(err(self.obj(v), SUBVOLUME_IFACE, "GetWrittenSince", f"'{self.fs.object_path}'"), INVALID)
+        self.assertEqual(err(self.obj(v), SUBVOLUME_IFACE, "GetWrittenSince", f"'{self.obj(s1)}'"), NOT_FOUND)
+        self.assertEqual(err(self.fs.object_path, FS_IFACE, "GetExclusiveBytes", f"['{self.obj(v)}', '{x}']"),
+                         INVALID)
+        self.assertEqual(err(self.fs.object_path, FS_IFACE, "GetExclusiveBytes",
+                             f"['{self.obj(v)}', '{self.obj(s2)}', '{self.obj(v)}']"), INVALID)
+        self.assertEqual(err(self.fs.object_path, FS_IFACE, "GetExclusiveBytes", f"['{self.obj(s1)}']"), NOT_FOUND)
+        self.assertEqual(err(self.fs.object_path, FS_IFACE, "GetExclusiveBytes", f"['{self.fs.object_path}']"),
+                         INVALID)
+        self.assertEqual(self.exclusive_bytes([]), 0)
+        # 100,000 objects are taken (here: the same one, refused as a
+        # duplicate), one more is too many.
+        for count, message in ((100000, "twice"), (100001, "More than 100000")):
+            out = self.bus.run("python3", "-c", LARGE_SET_CALL, BUS_NAME, self.fs.object_path, self.obj(v),
+                               str(count), check=True).stdout.decode()
+            self.assertEqual(out.split(None, 1)[0], INVALID, out)
+            self.assertIn(message, out)
+
+        # btrfs-progs for sets: a level-1 qgroup holding exactly each set,
+        # on this filesystem with quotas on (subvold stopped first: it would
+        # read qgroups then).  A qgroup counts the same data extents plus
+        # tree blocks: its exclusive is ours plus a nodesize for each block
+        # that only trees of the set hold (dump-tree says which).
+        sets = [(v,), (s2,), (w,), (v, s2), (v, w), (s2, w), (v, s2, w), (u, w), (v, s2, u, w)]
+        ours = {members: self.exclusive_bytes(list(members)) for members in sets}
+        self.daemon.stop()
+        run("btrfs", "quota", "enable", m)
+        for n, members in enumerate(sets, 1):
+            run("btrfs", "qgroup", "create", f"1/{n}", m)
+            for i in members:
+                run("btrfs", "qgroup", "assign", "--no-rescan", f"0/{i}", f"1/{n}", m)
+        run("btrfs", "quota", "rescan", "-w", m)
+        settle(m)
+        parsed = trees(self.fs.device, subvolume_ids(m))
+        node = nodesize(self.fs.device)
+        block_owners = collections.defaultdict(set)
+        for i, t in parsed.items():
+            for b in t.blocks:
+                block_owners[b].add(i)
+        out = run("btrfs", "qgroup", "show", "--raw", m).decode()
+        level1 = {int(f[0][2:]): int(f[2]) for f in (line.split() for line in out.splitlines())
+                  if f and f[0].startswith("1/")}
+        for n, members in enumerate(sets, 1):
+            with self.subTest(qgroup=members):
+                blocks = sum(1 for o in block_owners.values() if o <= set(members))
+                self.assertEqual(level1[n] - ours[members], node * blocks)
+
+
+LARGE_SET_CALL = """
+import sys, dbus
+name, fs, obj, count = sys.argv[1:]
+proxy = dbus.SystemBus().get_object(name, fs)
+try:
+    proxy.GetExclusiveBytes([obj] * int(count), dbus_interface="org.subvold.Subvold1.Filesystem", timeout=120)
+    print("ok")
+except dbus.DBusException as e:
+    print(e.get_dbus_name(), e.get_dbus_message())
+"""
+
+
+if __name__ == "__main__":
+    main()

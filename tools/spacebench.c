@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* spacebench: what the snapshot-space questions cost on the scanner's
+ * extent map, without a filesystem (issue 15's benchmark).  A subvolume
+ * of 500,000 extents and 1,000 snapshots of it, each sharing 1,000 of its
+ * extents (a window that moves along) and holding 500 of its own: 1,000,000
+ * distinct extents, 2,000,000 references.  Times, best of 5:
+ *   exclusive_half   GetExclusiveBytes of every other snapshot (500)
+ *   written_since    GetWrittenSince of the subvolume and its newest snapshot
+ *   delete_update    one snapshot deleted: the map updated and the
+ *                    subvolume's WrittenBytes and SnapshotsExclusiveBytes
+ *                    derived again (what scanner.c does then)
+ * Prints: <name>_ms=<milliseconds> ... */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "extent-map.h"
+
+#define SOURCE_EXTENTS 500000
+#define SNAPSHOTS 1000
+#define SHARED 1000
+#define OWN 500
+
+static double now_ms(void) {
+        struct timespec t;
+
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (double) t.tv_sec * 1e3 + (double) t.tv_nsec / 1e6;
+}
+
+static DataExtent *extent_array(size_t n) {
+        DataExtent *e = calloc(n, sizeof(DataExtent));
+
+        if (!e) {
+                perror("spacebench");
+                exit(1);
+        }
+        return e;
+}
+
+static void build(ExtentMap *m) {
+        DataExtent *e = extent_array(SOURCE_EXTENTS);
+
+        /* 4 KiB extents 8 KiB apart; each snapshot's own ones after the source's. */
+        for (size_t i = 0; i < SOURCE_EXTENTS; i++)
+                e[i] = (DataExtent) { .bytenr = (i + 1) * 8192, .bytes = 4096 };
+        if (extent_map_set_user(m, 256, 1, 1, 1, 0, e, SOURCE_EXTENTS) < 0)
+                exit(1);
+        for (size_t s = 0; s < SNAPSHOTS; s++) {
+                size_t first = s * (SOURCE_EXTENTS - SHARED) / SNAPSHOTS;
+
+                e = extent_array(SHARED + OWN);
+                for (size_t i = 0; i < SHARED; i++)
+                        e[i] = (DataExtent) { .bytenr = (first + i + 1) * 8192, .bytes = 4096 };
+                for (size_t i = 0; i < OWN; i++)
+                        e[SHARED + i] = (DataExtent) { .bytenr = (SOURCE_EXTENTS + 1 + s * OWN + i) * 8192, .bytes = 4096 };
+                if (extent_map_set_user(m, 257 + s, 1, 1, 1, 0, e, SHARED + OWN) < 0)
+                        exit(1);
+        }
+}
+
+static double best(double a, double b) {
+        return a < b ? a : b;
+}
+
+int main(void) {
+        double exclusive_half = 1e9, written_since = 1e9, delete_update = 1e9;
+        static const ExtentUser *set[SNAPSHOTS];
+        uint64_t bytes;
+
+        for (int run = 0; run < 5; run++) {
+                ExtentMap m = {};
+                const ExtentUser *source;
+                size_t n = 0;
+                double t;
+
+                build(&m);
+                source = extent_map_find_user(&m, 256);
+                for (size_t s = 0; s < SNAPSHOTS; s += 2)
+                        set[n++] = extent_map_find_user(&m, 257 + s);
+                t = now_ms();
+                if (extent_map_exclusive_of(&m, set, n, &bytes) < 0)
+                        return 1;
+                exclusive_half = best(exclusive_half, now_ms() - t);
+
+                t = now_ms();
+                bytes = extent_map_written_since(source, extent_map_find_user(&m, 256 + SNAPSHOTS));
+                written_since = best(written_since, now_ms() - t);
+
+                t = now_ms();
+                extent_map_remove_user(&m, 257);
+                source = extent_map_find_user(&m, 256);
+                n = 0;
+                for (size_t s = 1; s < SNAPSHOTS; s++)
+                        set[n++] = extent_map_find_user(&m, 257 + s);
+                bytes = extent_map_written_since(source, set[n - 1]);
+                if (extent_map_exclusive_of(&m, set, n, &bytes) < 0)
+                        return 1;
+                delete_update = best(delete_update, now_ms() - t);
+                extent_map_done(&m);
+        }
+        printf("exclusive_half_ms=%.1f written_since_ms=%.1f delete_update_ms=%.1f\n", exclusive_half, written_since,
+               delete_update);
+        return 0;
+}
