@@ -336,6 +336,14 @@ class FaultTest(TestCase):
                                                                   errno.ENOENT, errno.EOVERFLOW, errno.ENOSYS])
         self.assertIn("fault-shim: statmount failed", log)
 
+    def test_mount_table_unreadable_from_the_start(self):
+        """listmount() out of memory at every call from the start (ENOMEM is
+        no reason to fall back to mountinfo): subvold still goes on the bus,
+        publishing nothing, and tries again each second until it can read
+        the mounts; then the truth, with no change needed to trigger it."""
+        log = self.kernel_calls_fail(["listmount"], [errno.ENOMEM], percent=100)
+        self.assertIn("Starting with no filesystems", log)
+
     def test_statmount_always_overflows(self):
         """A statmount() that never fits (a kernel bug, a seccomp filter
         answering EOVERFLOW): subvold gives up on that mount table read
