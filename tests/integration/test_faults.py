@@ -336,6 +336,16 @@ class FaultTest(TestCase):
                                                                   errno.ENOENT, errno.EOVERFLOW, errno.ENOSYS])
         self.assertIn("fault-shim: statmount failed", log)
 
+    def test_mounts_unreadable_then_readable(self):
+        """statx() fails on every mount point for a while (EIO): both
+        filesystems are left out, each warned about once however many
+        refreshes meet it, and read again a second later until they can be:
+        once statx() works they are published with no change needed to
+        trigger it."""
+        log = self.kernel_calls_fail(["statx"], [errno.EIO], percent=100)
+        warnings = re.findall(r"^<4>Skipping btrfs mount (\S+): cannot open it", log, re.M)
+        self.assertEqual(sorted(warnings), sorted([self.qmnt, self.smnt]), log)
+
     def test_mount_table_unreadable_from_the_start(self):
         """listmount() out of memory at every call from the start (ENOMEM is
         no reason to fall back to mountinfo): subvold still goes on the bus,
