@@ -517,6 +517,16 @@ int main(int argc, char *argv[]) {
                 printf("slow_subscriber signals=%" PRIu64 " disconnected=%d\n", signals, sd_bus_is_open(slow) <= 0);
                 sd_bus_flush_close_unref(slow);
         }
+        /* Everything freed: the sanitizer build checks loadgen for leaks too. */
+        for (int k = 0; k < _K_MAX; k++)
+                free(total.usec[k]);
+        for (size_t j = 0; j < total.n_errors; j++)
+                free(total.errors[j].name);
+        free(total.errors);
+        free(stats);
+        free(threads);
+        free(arg_stable);
+        targets_free(targets, n_targets);
         fflush(stdout);
         return failed > 0;
 }
