@@ -11,7 +11,9 @@
  * (ReferencedBytes) and GetAll of the Subvolume interface, and
  * GetSubvolumeByPath (that access path).  One more connection calls
  * GetManagedObjects every MS milliseconds (default 1000) and takes the
- * subvolumes it lists as the targets from then on.
+ * subvolumes it lists as the targets from then on; when subvold refuses it
+ * (LimitsExceeded: too many objects for one reply, "refused"), that
+ * connection pages through each filesystem's GetSubvolumes instead.
  *
  * A target is stable when its object path starts with one of the
  * --stable prefixes and its Path does not contain "churn"; the others may
@@ -27,7 +29,7 @@
  * reached it and says whether the bus had disconnected it.
  *
  * Output, one line per call kind:
- *   kind=K calls=N per_s=X p50_us= p99_us= max_us= gone=N failed=N
+ *   kind=K calls=N per_s=X p50_us= p99_us= max_us= gone=N refused=N failed=N
  * then "error kind=K name=NAME stable=0|1 count=N" per error seen, and
  *   slow_subscriber signals=N disconnected=0|1
  * Exits 1 when any call failed.
@@ -75,7 +77,7 @@ typedef struct ErrorCount {
 typedef struct Stats {
         uint32_t *usec[_K_MAX];
         size_t n[_K_MAX], allocated[_K_MAX];
-        uint64_t gone[_K_MAX], failed[_K_MAX];
+        uint64_t gone[_K_MAX], refused[_K_MAX], failed[_K_MAX];
         ErrorCount *errors;
         size_t n_errors;
 } Stats;
@@ -126,6 +128,8 @@ static bool documented_gone(const char *name) {
 static void count_error(Stats *s, int kind, const char *name, bool stable) {
         if (!stable && documented_gone(name))
                 s->gone[kind]++;
+        else if (kind == K_GMO && strcmp(name, "org.freedesktop.DBus.Error.LimitsExceeded") == 0)
+                s->refused[kind]++;  /* documented: too many objects for one reply */
         else
                 s->failed[kind]++;
         for (size_t i = 0; i < s->n_errors; i++)
@@ -250,31 +254,109 @@ static int parse_objects(sd_bus_message *reply, Target **ret, size_t *ret_n) {
         return 0;
 }
 
+/* Adds the subvolumes of one GetSubvolumes page (a{oa{sv}}) to @t. */
+static int parse_page(sd_bus_message *reply, Target **t, size_t *n) {
+        int r;
+
+        r = sd_bus_message_enter_container(reply, 'a', "{oa{sv}}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "oa{sv}")) > 0) {
+                char *path = NULL, *access = NULL;
+                const char *object;
+
+                r = sd_bus_message_read(reply, "o", &object);
+                if (r >= 0)
+                        r = read_subvolume(reply, &path, &access);
+                if (r >= 0) {
+                        *t = xrealloc(*t, (*n + 1) * sizeof(Target));
+                        (*t)[(*n)++] = (Target) { strdup(object), access, is_stable(object, path ?: "") };
+                        access = NULL;
+                        r = sd_bus_message_exit_container(reply);
+                }
+                free(path);
+                free(access);
+        }
+        return r < 0 ? r : sd_bus_message_exit_container(reply);
+}
+
+/* The subvolumes of every filesystem, page by page: what a client does
+ * once GetManagedObjects is refused (LimitsExceeded, past some thousands
+ * of subvolumes). */
+static int page_objects(sd_bus *bus, Target **ret, size_t *ret_n) {
+        sd_bus_message *filesystems = NULL;
+        Target *t = NULL;
+        size_t n = 0;
+        const char *fs;
+        int r;
+
+        r = sd_bus_get_property(bus, DEST, MANAGER, MANAGER_IFACE, "Filesystems", NULL, &filesystems, "ao");
+        if (r >= 0)
+                r = sd_bus_message_enter_container(filesystems, 'a', "o");
+        while (r >= 0 && (r = sd_bus_message_read(filesystems, "o", &fs)) > 0) {
+                uint64_t next = 0;
+
+                do {
+                        sd_bus_message *page = NULL;
+
+                        r = sd_bus_call_method(bus, DEST, fs, "org.subvold.Subvold1.Filesystem", "GetSubvolumes", NULL,
+                                               &page, "tu", next, UINT32_MAX);
+                        if (r >= 0)
+                                r = parse_page(page, &t, &n);
+                        if (r >= 0)
+                                r = sd_bus_message_read(page, "t", &next);
+                        sd_bus_message_unref(page);
+                } while (r >= 0 && next != 0);
+        }
+        sd_bus_message_unref(filesystems);
+        if (r < 0) {
+                targets_free(t, n);
+                return r;
+        }
+        *ret = t;
+        *ret_n = n;
+        return 0;
+}
+
+static void set_targets(Target *t, size_t n) {
+        Target *old;
+        size_t n_old;
+
+        pthread_mutex_lock(&targets_lock);
+        old = targets, n_old = n_targets;
+        targets = t, n_targets = n;
+        pthread_mutex_unlock(&targets_lock);
+        targets_free(old, n_old);
+}
+
 /* Calls GetManagedObjects; on success the subvolumes it lists become the targets. */
 static void managed_objects(sd_bus *bus, Stats *s) {
         sd_bus_error error = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         uint64_t start = now_usec();
-        Target *t, *old;
-        size_t n, n_old;
+        Target *t;
+        size_t n;
         int r;
 
         r = sd_bus_call_method(bus, DEST, MANAGER, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects", &error,
                                &reply, "");
         if (r < 0) {
-                count_error(s, K_GMO, error.name ?: "local", true);
+                count_error(s, K_GMO, error.name ?: strerror(-r), true);
+                if (sd_bus_error_has_name(&error, "org.freedesktop.DBus.Error.LimitsExceeded")) {
+                        if (page_objects(bus, &t, &n) >= 0)
+                                set_targets(t, n);
+                        else
+                                count_error(s, K_GMO, "paging through GetSubvolumes failed", true);
+                } else
+                        fprintf(stderr, "loadgen: GetManagedObjects failed: %s\n", error.message ?: strerror(-r));
                 sd_bus_error_free(&error);
                 return;
         }
         record(s, K_GMO, now_usec() - start);
-        if (parse_objects(reply, &t, &n) >= 0) {
-                pthread_mutex_lock(&targets_lock);
-                old = targets, n_old = n_targets;
-                targets = t, n_targets = n;
-                pthread_mutex_unlock(&targets_lock);
-                targets_free(old, n_old);
-        } else
+        if (parse_objects(reply, &t, &n) >= 0)
+                set_targets(t, n);
+        else {
+                fprintf(stderr, "loadgen: cannot parse the GetManagedObjects reply\n");
                 count_error(s, K_GMO, "unparsable reply", true);
+        }
         sd_bus_message_unref(reply);
 }
 
@@ -492,9 +574,9 @@ int main(int argc, char *argv[]) {
                 size_t n = total.n[k];
 
                 qsort(v, n, sizeof(uint32_t), compare_u32);
-                printf("kind=%s calls=%zu per_s=%.0f p50_us=%u p99_us=%u max_us=%u gone=%" PRIu64 " failed=%" PRIu64 "\n",
-                       kind_names[k], n, n * 1e6 / (double) elapsed, rank(v, n, 50), rank(v, n, 99),
-                       n ? v[n - 1] : 0, total.gone[k], total.failed[k]);
+                printf("kind=%s calls=%zu per_s=%.0f p50_us=%u p99_us=%u max_us=%u gone=%" PRIu64 " refused=%" PRIu64
+                       " failed=%" PRIu64 "\n", kind_names[k], n, n * 1e6 / (double) elapsed, rank(v, n, 50),
+                       rank(v, n, 99), n ? v[n - 1] : 0, total.gone[k], total.refused[k], total.failed[k]);
                 failed += total.failed[k];
         }
         for (size_t j = 0; j < total.n_errors; j++)

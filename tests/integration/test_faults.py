@@ -244,8 +244,11 @@ class FaultTest(TestCase):
             with open(self.path("killed.log"), "rb") as f:
                 out = f.read()
             self.assertFalse(b"runtime error:" in out or b"Sanitizer" in out, out.decode(errors="replace"))
-            # The next start, without faults.
+            # The next start, without faults: its first answer holds nothing
+            # wrong (the cache it loaded, or nothing yet), then the truth.
             daemon = self.start(bus)
+            self.assertEqual(self.wrong_figures(self.published(bus.managed_objects()), self.truth()), [],
+                             f"round {round}: wrong figures at the first answer after a kill")
             leftovers = [f for f in os.listdir(self.cache) if f not in ("usage.cache", "scan.cache")]
             self.assertEqual(leftovers, [], f"round {round}: temporary files left behind")
             self.assert_converges(bus, f"round {round}: the truth after a kill")
