@@ -317,6 +317,17 @@ MUTATIONS = {
         "(log_errno_internal(failed_before(previous, (mount)->id) ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING,",
         "(log_errno_internal(LOG_LEVEL_WARNING,",
         ["test_faults"]),
+    "clock-set-back-means-recent": (
+        "daemon/discover.c",
+        "        if (prev && prev->usage_read_usec > 0 && now_usec - prev->usage_read_usec < USAGE_READ_INTERVAL_USEC) {",
+        "        if (prev && prev->usage_read_usec > 0 && (now_usec < prev->usage_read_usec ||\n"
+        "                                                  now_usec - prev->usage_read_usec < USAGE_READ_INTERVAL_USEC)) {",
+        ["test_faults"]),
+    "refresh-timer-on-the-wall-clock": (
+        "daemon/manager.c",
+        "&m->refresh_timer, CLOCK_MONOTONIC, when,",
+        "&m->refresh_timer, CLOCK_REALTIME, when,",
+        ["test_faults"]),
     "referenced-limit-is-exclusive": (
         "daemon/bus-objects.c",
         '''SD_BUS_PROPERTY("ReferencedLimitBytes", "t", NULL, offsetof(Subvolume, usage.referenced_limit)''',

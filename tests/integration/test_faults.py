@@ -449,6 +449,16 @@ class FaultTest(TestCase):
                        if o.get(SUBVOLUME_IFACE, {}).get("Path") == list(b"/scratch\0")][0]
             when = scratch[SUBVOLUME_IFACE]["UsageUpdated"] / 1e6
             self.assertLess(abs(when - (time.time() + jump)), 3600, f"UsageUpdated after the jump {name}")
+        # The shim moves what subvold reads of the clock, not the kernel's
+        # timers: that none of them is on the wall clock is checked here
+        # (timerfd clock ids: 0 CLOCK_REALTIME, 8 CLOCK_REALTIME_ALARM).
+        clocks = []
+        for fd, (target, _) in daemon.fds().items():
+            if target == "anon_inode:[timerfd]":
+                with open(f"/proc/{daemon.proc.pid}/fdinfo/{fd}") as f:
+                    clocks.append(int(re.search(r"^clockid: (\d+)$", f.read(), re.M)[1]))
+        self.assertTrue(clocks, "no timerfd")
+        self.assertFalse({0, 8} & set(clocks), f"a timer on the wall clock: clock ids {clocks}")
         daemon.stop()
 
     def test_stopped_longer_than_a_refresh(self):
