@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <dirent.h>
 #include <endian.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -154,6 +155,24 @@ static int read_whole(const char *path, CacheBuffer *ret) {
         return 0;
 }
 
+/* Removes the temporary files (NAME.XXXXXX) of writes that a crash cut
+ * short: nothing else would, and each crash would leave one more. */
+static void remove_leftovers(const char *dir, const char *name) {
+        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        size_t n = strlen(name);
+        struct dirent *de;
+        DIR *d;
+
+        if (dfd < 0 || !(d = fdopendir(dfd)))
+                return;
+        dfd = -1;  /* closedir() closes it */
+        while ((de = readdir(d)))
+                if (strncmp(de->d_name, name, n) == 0 && de->d_name[n] == '.' && strlen(de->d_name + n + 1) == 6 &&
+                    unlinkat(dirfd(d), de->d_name, 0) >= 0)
+                        log_debug("Removed %s/%s, left by a write that did not end.", dir, de->d_name);
+        closedir(d);
+}
+
 int cache_file_read(const char *dir, const char *name, const char magic[8], uint32_t version, CacheBuffer *ret,
                     uint32_t *ret_count) {
         _cleanup_free_ char *path = path_join(dir, name);
@@ -165,6 +184,7 @@ int cache_file_read(const char *dir, const char *name, const char magic[8], uint
 
         if (!path)
                 return -ENOMEM;
+        remove_leftovers(dir, name);
         r = read_whole(path, &b);
         if (r < 0)
                 return r;

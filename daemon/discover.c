@@ -67,9 +67,33 @@ static int discover_filesystem(int fd, const uint8_t uuid[16], Filesystem **ret)
         return 0;
 }
 
+/* Whether the mount with @id was left out of @previous although it was a
+ * reachable btrfs then too: it failed before, and said so. */
+static bool failed_before(const Model *previous, uint64_t id) {
+        if (!previous)
+                return false;
+        for (size_t j = 0; j < previous->mounts.n_mounts; j++) {
+                const Mount *p = &previous->mounts.mounts[j];
+
+                if (p->id == id)
+                        return p->is_btrfs && !previous->mount_filesystem[j] &&
+                                mount_table_is_reachable(&previous->mounts, p);
+        }
+        return false;
+}
+
+/* A mounted btrfs that cannot be read now (an I/O error, the kernel out of
+ * memory, the mount going away) is left out and tried again with the next
+ * refresh, a second later: nothing else would bring it back, as no change
+ * of it need come.  Logged once while it keeps failing. */
+#define skip_mount(previous, mount, error, ...)                                                 \
+        (log_errno_internal(failed_before(previous, (mount)->id) ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, \
+                            (error), __VA_ARGS__), 1)
+
 /* Adds the filesystem behind mount number @i to @model, or attaches the
  * mount to it when another mount already brought it in.  Returns 1 when
- * the filesystem's usage is pending (see discover_usage()). */
+ * the filesystem's usage is pending (see discover_usage()) or it could not
+ * be read. */
 static int discover_mount(Model *model, size_t i, const Model *previous, uint64_t now_usec) {
         const Mount *mount = &model->mounts.mounts[i];
         _cleanup_close_ int fd = -1;
@@ -80,20 +104,22 @@ static int discover_mount(Model *model, size_t i, const Model *previous, uint64_
 
         r = btrfs_open_mount(mount, model->mounts.source, &fd);
         if (r < 0)
-                return log_warning_errno(r, "Skipping btrfs mount %s: cannot open it: %m", mount->point);
+                return skip_mount(previous, mount, r, "Skipping btrfs mount %s: cannot open it: %m", mount->point);
         r = btrfs_read_fsid(fd, uuid);
         if (r < 0)
-                return log_warning_errno(r, "Skipping btrfs mount %s: BTRFS_IOC_FS_INFO failed: %m", mount->point);
+                return skip_mount(previous, mount, r, "Skipping btrfs mount %s: BTRFS_IOC_FS_INFO failed: %m",
+                                  mount->point);
 
         fs = model_find_filesystem(model, uuid);
         if (fs) {
                 model_attach_mount(model, i, fs);
                 return 0;
         }
+        /* An ENOMEM here is the kernel's as often as ours: skipped too. */
         r = discover_filesystem(fd, uuid, &fs);
         if (r < 0)
-                return log_warning_errno(r, "Skipping btrfs filesystem %s mounted on %s: %m",
-                                         uuid_format(uuid, buf), mount->point);
+                return skip_mount(previous, mount, r, "Skipping btrfs filesystem %s mounted on %s: %m",
+                                  uuid_format(uuid, buf), mount->point);
         pending = discover_usage(fd, fs, previous ? model_find_filesystem(previous, uuid) : NULL, now_usec);
         if (pending < 0) {
                 /* Published without usage; the next refresh tries again. */

@@ -138,8 +138,13 @@ int manager_refresh(Manager *m) {
 
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);
         r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
-        if (r < 0)
+        if (r < 0) {
+                /* The mount table unreadable for now (listmount() out of
+                 * memory, say): whatever asked for this refresh would be
+                 * lost, as nothing else need come.  Try again. */
+                manager_schedule_refresh(m, REFRESH_INTERVAL_USEC);
                 return r;
+        }
         scanned = m->scanner && scanner_update(m->scanner, new);
         old = m->model;
         m->model = new;
@@ -170,8 +175,16 @@ static int manager_load(Manager *m) {
         }
         m->model = TAKE_PTR(cached);
         r = manager_refresh(m);
-        if (r < 0)
-                return r;
+        if (r < 0) {
+                /* Not a reason to stay off the bus: publish nothing until
+                 * the retry manager_refresh() scheduled can read the mounts
+                 * (the cached usage is read again from the kernel then). */
+                log_warning_errno(r, "Starting with no filesystems, reading the mounts again shortly: %m");
+                model_free(m->model);
+                m->model = model_new();
+                if (!m->model)
+                        return log_error_errno(ENOMEM, "Failed to allocate the model: %m");
+        }
         return 0;
 }
 
@@ -189,6 +202,18 @@ static void on_watch_change(void *userdata, bool mounts) {
                 scanner_mounts_changed(m->scanner, m->model ? m->model->mounts.source : m->mount_source);
         /* A short delay gathers a burst of changes into one refresh. */
         manager_schedule_refresh(m, 50 * 1000);
+}
+
+/* sd-bus hands its synthesized Disconnected signal to the filters before
+ * it leaves the loop: say why we are going. */
+static int on_bus_disconnected(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+
+        if (sd_bus_message_is_signal(message, "org.freedesktop.DBus.Local", "Disconnected") > 0 && !m->disconnected) {
+                m->disconnected = true;
+                log_info("Disconnected from the bus, exiting.");
+        }
+        return 0;
 }
 
 /* ---- exit when idle ---- */
@@ -285,6 +310,8 @@ int manager_start(Manager *m) {
                 return log_error_errno(r, "Failed to set up the Files interface: %m");
         /* Leave the loop (and exit cleanly) when the bus goes away. */
         r = sd_bus_set_exit_on_disconnect(m->bus, true);
+        if (r >= 0)
+                r = sd_bus_add_filter(m->bus, NULL, on_bus_disconnected, m);
         if (r < 0)
                 return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
         /* Test-only: without the watch, only Refresh() and the scanner
@@ -314,6 +341,12 @@ int manager_start(Manager *m) {
 int manager_run(Manager *m) {
         int r = sd_event_loop(m->event);
 
+        /* sd-bus ends the loop with EXIT_FAILURE when the bus goes away
+         * (exit-on-disconnect).  Status 0 then, as for SIGTERM: a bus
+         * service without a bus has nothing to do, and a new bus
+         * activates us anew. */
+        if (r > 0 && m->disconnected)
+                r = 0;
         (void) sd_notify(false, "STOPPING=1");
         return r;
 }

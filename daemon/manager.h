@@ -27,6 +27,7 @@ typedef struct Manager {
         MountSource mount_source;
         char *cache_dir;       /* where the usage cache lives; NULL: not persisted */
         bool cache_write_failed;
+        bool disconnected;     /* the bus went away */
         Watch *watch;
         Scanner *scanner;
         ScannerOptions scan_options;     /* its cache_dir is cache_dir */

@@ -97,6 +97,8 @@ static int mount_table_finish(MountTable *t, MountTable *ret) {
 
 /* ---- listmount()/statmount() ---- */
 
+enum { STATMOUNT_SIZE_MAX = 1 << 20 };
+
 static int statmount_one(uint64_t id, struct statmount_compat **buf, size_t *size) {
         struct mnt_id_req_compat req = {
                 .size = MNT_ID_REQ_SIZE_VER0,
@@ -110,7 +112,11 @@ static int statmount_one(uint64_t id, struct statmount_compat **buf, size_t *siz
                         return 0;
                 if (errno != EOVERFLOW)
                         return -errno;
-                /* Strings did not fit: grow and ask again. */
+                /* Strings did not fit: grow and ask again.  Four paths of
+                 * PATH_MAX fit in 64 KiB; a kernel that wants more forever
+                 * must not have us double until malloc() fails. */
+                if (*size >= STATMOUNT_SIZE_MAX)
+                        return -EOVERFLOW;
                 free(*buf);
                 *size *= 2;
                 *buf = malloc(*size);

@@ -651,9 +651,11 @@ static bool scan_fs_fold(Scanner *s, ScanFs *f, Result *res) {
          * is read again when the filesystem is next reachable. */
         if (res->error < 0 && res->reached && res->error != -ECANCELED &&
             grow_array(&f->failures, &f->allocated_failures, f->n_failures + 1, sizeof(Failure)) >= 0) {
-                /* Deleted meanwhile, most likely; if not, it is tried
-                 * again when its tree changes. */
-                log_debug_errno(res->error, "Scan of subvolume %" PRIu64 " failed: %m", res->job.id);
+                /* Deleted meanwhile, most likely (ENOENT); if not, it is
+                 * tried again when its tree changes.  Anything else (an
+                 * I/O error) is news for the administrator. */
+                log_errno_internal(res->error == -ENOENT ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, res->error,
+                                   "Scan of subvolume %" PRIu64 " failed: %m", res->job.id);
                 f->failures[f->n_failures++] = (Failure) { res->job.id, res->job.generation,
                                                            res->job.change_generation };
         }

@@ -316,7 +316,58 @@ MUTATIONS = {
         "daemon/usage-cache.c",
         "u->referenced = cache_get_u64(b);\n                        u->exclusive = cache_get_u64(b);",
         "u->exclusive = cache_get_u64(b);\n                        u->referenced = cache_get_u64(b);",
-        ["test_live"]),
+        ["test_live", "test_faults"]),
+    "cache-leftovers-kept": (
+        "daemon/cache-file.c",
+        "        remove_leftovers(dir, name);\n",
+        "",
+        ["test_faults"]),
+    "statmount-buffer-unbounded": (
+        "daemon/mounts.c",
+        "                if (*size >= STATMOUNT_SIZE_MAX)",
+        "                if (false)",
+        ["test_faults"]),
+    "bus-disconnect-silent": (
+        "daemon/manager.c",
+        '                log_info("Disconnected from the bus, exiting.");',
+        "",
+        ["test_faults"]),
+    "scan-io-error-not-warned": (
+        "daemon/scanner.c",
+        "res->error == -ENOENT ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING",
+        "LOG_LEVEL_DEBUG",
+        ["test_faults"]),
+    "start-fails-on-the-mount-table": (
+        "daemon/manager.c",
+        '                log_warning_errno(r, "Starting with no filesystems, reading the mounts again shortly: %m");',
+        "                return r;",
+        ["test_faults"]),
+    "failed-refresh-not-retried": (
+        "daemon/manager.c",
+        "                manager_schedule_refresh(m, REFRESH_INTERVAL_USEC);\n                return r;",
+        "                return r;",
+        ["test_faults"]),
+    "unreadable-filesystem-not-retried": (
+        "daemon/discover.c",
+        "                            (error), __VA_ARGS__), 1)",
+        "                            (error), __VA_ARGS__), 0)",
+        ["test_faults"]),
+    "unreadable-filesystem-warned-every-second": (
+        "daemon/discover.c",
+        "(log_errno_internal(failed_before(previous, (mount)->id) ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING,",
+        "(log_errno_internal(LOG_LEVEL_WARNING,",
+        ["test_faults"]),
+    "clock-set-back-means-recent": (
+        "daemon/discover.c",
+        "        if (prev && prev->usage_read_usec > 0 && now_usec - prev->usage_read_usec < USAGE_READ_INTERVAL_USEC) {",
+        "        if (prev && prev->usage_read_usec > 0 && (now_usec < prev->usage_read_usec ||\n"
+        "                                                  now_usec - prev->usage_read_usec < USAGE_READ_INTERVAL_USEC)) {",
+        ["test_faults"]),
+    "refresh-timer-on-the-wall-clock": (
+        "daemon/manager.c",
+        "&m->refresh_timer, CLOCK_MONOTONIC, when,",
+        "&m->refresh_timer, CLOCK_REALTIME, when,",
+        ["test_faults"]),
     "referenced-limit-is-exclusive": (
         "daemon/bus-objects.c",
         '''SD_BUS_PROPERTY("ReferencedLimitBytes", "t", NULL, offsetof(Subvolume, usage.referenced_limit)''',

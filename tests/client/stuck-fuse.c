@@ -15,6 +15,7 @@
 #define FUSE_USE_VERSION 34
 #include <errno.h>
 #include <fuse_lowlevel.h>
+#include "one-file-fuse.h"
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,31 +28,6 @@ static bool holding = true;
 static fuse_req_t held[64];
 static size_t n_held;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void file_attr(fuse_ino_t ino, struct stat *st) {
-        memset(st, 0, sizeof *st);
-        st->st_ino = ino;
-        st->st_mode = ino == FUSE_ROOT_ID ? S_IFDIR | 0755 : S_IFREG | 0644;
-        st->st_nlink = ino == FUSE_ROOT_ID ? 2 : 1;
-}
-
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
-        struct fuse_entry_param e = { .ino = 2, .attr_timeout = 3600, .entry_timeout = 3600 };
-
-        if (parent != FUSE_ROOT_ID || strcmp(name, "file") != 0) {
-                fuse_reply_err(req, ENOENT);
-                return;
-        }
-        file_attr(2, &e.attr);
-        fuse_reply_entry(req, &e);
-}
-
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-        struct stat st;
-
-        file_attr(ino, &st);
-        fuse_reply_attr(req, &st, 3600);
-}
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fuse_reply_open(req, fi);
@@ -107,34 +83,17 @@ static void *read_commands(void *userdata) {
 }
 
 static const struct fuse_lowlevel_ops ops = {
-        .lookup = op_lookup, .getattr = op_getattr, .open = op_open, .flush = op_flush,
+        .lookup = one_file_lookup, .getattr = one_file_getattr, .open = op_open, .flush = op_flush,
 };
 
 int main(int argc, char *argv[]) {
-        char *fuse_argv[] = { argv[0], "-o", "allow_other", NULL };
-        struct fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
-        struct fuse_loop_config *config;
-        struct fuse_session *se;
-        pthread_t commands;
-        int r;
-
         if (argc != 3) {
                 fprintf(stderr, "usage: %s MOUNTPOINT PID\n", argv[0]);
                 return 2;
         }
         held_pid = (pid_t) atoi(argv[2]);
-        se = fuse_session_new(&args, &ops, sizeof ops, NULL);
-        if (!se || fuse_session_mount(se, argv[1]) != 0)
-                return 1;
-        printf("mounted\n");
-        fflush(stdout);
-        pthread_create(&commands, NULL, read_commands, NULL);
+        one_file_name = "file";
+        one_file_mode = 0644;
         /* Threads enough that held requests never stop the others. */
-        config = fuse_loop_cfg_create();
-        fuse_loop_cfg_set_max_threads(config, 32);
-        r = fuse_session_loop_mt(se, config);
-        fuse_loop_cfg_destroy(config);
-        fuse_session_unmount(se);
-        fuse_session_destroy(se);
-        return r == 0 ? 0 : 1;
+        return one_file_serve(argv[0], argv[1], true, &ops, sizeof ops, read_commands, 32);
 }
