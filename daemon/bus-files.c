@@ -701,7 +701,7 @@ static int method_open_deleted_file(sd_bus_message *message, void *userdata, sd_
                        (len == 1 && !memcmp(name, ".", 1)) || (len == 2 && !memcmp(name, "..", 2))))
                 r = sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                      "The name must be one file name: 1 to 255 bytes, no '/', not . or ..");
-        if (r >= 0 && !(j->name = strndup(name, len)))
+        if (r >= 0 && !(j->name = memdup_suffix0(name, len)))
                 r = -ENOMEM;
         if (r >= 0)
                 r = read_member(message, *b->model, j, error);

@@ -671,7 +671,7 @@ static int root_tree_item(const struct btrfs_ioctl_search_header *h, const void 
                 /* A name refused below leaves the entry unlinked, and a
                  * next back reference may try again. */
                 free(last->name);
-                last->name = strndup((const char *) data + sizeof ref, len);
+                last->name = memdup_suffix0((const char *) data + sizeof ref, len);
                 if (!last->name)
                         return -ENOMEM;
                 last->dirid = le64toh(ref.dirid);

@@ -104,6 +104,19 @@ static inline void *memdup(const void *p, size_t n) {
         return q ? memcpy(q, p, n) : NULL;
 }
 
+/* @n bytes that need not end in NUL (names in kernel buffers and bus
+ * arrays), as a C string.  Not strndup(): that may read its argument as a
+ * C string, past @n (ASan's strict_string_checks says so). */
+static inline char *memdup_suffix0(const void *p, size_t n) {
+        char *s = malloc(n + 1);
+
+        if (s) {
+                memcpy(s, p, n);
+                s[n] = 0;
+        }
+        return s;
+}
+
 /* Joins a directory and a relative part with exactly one '/' between them. */
 char *path_join(const char *a, const char *b);
 

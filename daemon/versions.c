@@ -362,7 +362,7 @@ static bool name_set_has(const NameSet *s, const char *name) {
 static int name_set_add(NameSet *s, const char *name, size_t len) {
         char *copy;
 
-        if (grow_array(&s->names, &s->allocated, s->n + 1, sizeof(char *)) < 0 || !(copy = strndup(name, len)))
+        if (grow_array(&s->names, &s->allocated, s->n + 1, sizeof(char *)) < 0 || !(copy = memdup_suffix0(name, len)))
                 return -ENOMEM;
         s->names[s->n++] = copy;
         return 0;
@@ -409,7 +409,7 @@ typedef struct DeletedScan {
 
 static int consider_entry(const char *name, size_t len, const BtrfsDirEntry *e, void *userdata) {
         DeletedScan *s = userdata;
-        _cleanup_free_ char *copy = strndup(name, len), *path = NULL;
+        _cleanup_free_ char *copy = memdup_suffix0(name, len), *path = NULL;
         BtrfsInode inode;
 
         if (!copy)

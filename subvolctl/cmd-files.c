@@ -85,7 +85,7 @@ static int read_entry(sd_bus_message *m, Entry *e) {
                         if (r >= 0)
                                 r = sd_bus_message_read_array(m, 'y', &p, &len);
                         /* A bytestring: its NUL is not part of the name. */
-                        if (r >= 0 && !(e->name = strndup(p, len > 0 ? len - 1 : 0)))
+                        if (r >= 0 && !(e->name = memdup_suffix0(p, len > 0 ? len - 1 : 0)))
                                 r = -ENOMEM;
                         if (r >= 0)
                                 r = sd_bus_message_exit_container(m);

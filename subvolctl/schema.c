@@ -116,7 +116,7 @@ static int read_bytestring(sd_bus_message *m, char **ret) {
 
         if (r < 0)
                 return r;
-        *ret = strndup(p, n > 0 && ((const char *) p)[n - 1] == 0 ? n - 1 : n);
+        *ret = memdup_suffix0(p, n > 0 && ((const char *) p)[n - 1] == 0 ? n - 1 : n);
         return *ret ? 0 : -ENOMEM;
 }
 

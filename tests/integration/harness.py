@@ -467,6 +467,10 @@ class Daemon:
 
     def _cleanup(self):
         if not self.stopped:
+            # Gone before the end of a test that failed: say how, or a crash
+            # (a sanitizer report) would be lost behind the test's error.
+            if self.proc.poll() is not None:
+                print(f"subvold had exited with {self.proc.returncode}:\n{self.log()[-20000:]}", file=sys.stderr)
             _terminate(self.proc)
             self.stderr.close()
             self.notify.close()
