@@ -464,6 +464,11 @@ MUTATIONS = {
         "case LIST_WRITTEN: return value_to_text(&s->values[SV_WRITTEN], KIND_SIZE);",
         "case LIST_WRITTEN: return value_to_text(&s->values[SV_REFERENCED], KIND_SIZE);",
         ["test_subvolctl"]),
+    "name-copied-as-c-string": (
+        "daemon/fs-btrfs.c",
+        "last->name = memdup_suffix0((const char *) data + sizeof ref, len);",
+        "last->name = strndup((const char *) data + sizeof ref, len);",
+        ["test-fs-btrfs"], "sanitize"),
 }
 
 
