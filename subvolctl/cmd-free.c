@@ -31,12 +31,11 @@ static int choose(Chosen *c, const Object *s) {
 /* @path must be a subvolume's root: "free /home/alice/doc" is a mistake,
  * not a request about the subvolume holding it. */
 static int choose_path(sd_bus *bus, const Objects *o, const char *path, Chosen *c) {
-        _cleanup_free_ char *object = NULL;
         const Object *s;
         struct stat st;
         int r;
 
-        r = subvolume_of_path(bus, path, &object);
+        r = subvolume_in(bus, o, path, &s);
         if (r < 0)
                 return r;
         if (stat(path, &st) < 0 || st.st_ino != SUBVOLUME_ROOT_INODE) {
@@ -45,7 +44,6 @@ static int choose_path(sd_bus *bus, const Objects *o, const char *path, Chosen *
                         e ? e : "?");
                 return -EXIT_USAGE;
         }
-        s = find_sv(o, object);
         if (!s) {
                 fprintf(stderr, "%s is newer than what subvolctl read; try again.\n", path);
                 return -EXIT_NOT_FOUND;
@@ -74,13 +72,11 @@ static int choose_argument(sd_bus *bus, const Objects *o, const char *arg, Chose
 
 /* --snapshots-of: every subvolume whose ParentUuid is its Uuid. */
 static int choose_snapshots_of(sd_bus *bus, const Objects *o, const char *path, Chosen *c) {
-        _cleanup_free_ char *object = NULL;
         const Object *source;
-        int r = subvolume_of_path(bus, path, &object);
+        int r = subvolume_in(bus, o, path, &source);
 
         if (r < 0)
                 return r;
-        source = find_sv(o, object);
         if (!source || !*obj_str(source, SV_UUID))
                 return 0;
         for (size_t i = 0; i < o->n_svs; i++)

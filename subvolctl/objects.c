@@ -89,6 +89,16 @@ int subvolume_of_path(sd_bus *bus, const char *path, char **ret) {
         return (*ret = strdup(object)) ? 0 : -EXIT_FAILED;
 }
 
+int subvolume_in(sd_bus *bus, const Objects *o, const char *path, const Object **ret) {
+        _cleanup_free_ char *object = NULL;
+        int r = subvolume_of_path(bus, path, &object);
+
+        if (r < 0)
+                return r;
+        *ret = find_sv(o, object);
+        return 0;
+}
+
 void objects_done(Objects *o) {
         for (size_t i = 0; i < o->n_svs; i++)
                 object_done(&o->svs[i]);
@@ -263,13 +273,11 @@ int resolve_fs(sd_bus *bus, const Objects *o, const char *spec, const Object **r
                 return *ret = match, 0;
         /* Any other existing path: the filesystem it is on. */
         if (!path_startswith(spec, SUBVOLD_MANAGER_PATH) && access(spec, F_OK) == 0) {
-                _cleanup_free_ char *sv = NULL;
                 const Object *s;
-                int r = subvolume_of_path(bus, spec, &sv);
+                int r = subvolume_in(bus, o, spec, &s);
 
                 if (r < 0)
                         return r;
-                s = find_sv(o, sv);
                 if (s && (*ret = find_fs(o, obj_str(s, SV_FILESYSTEM))))
                         return 0;
         }

@@ -201,6 +201,8 @@ int parse_failed(int r);
 int call_by_path(sd_bus *bus, const char *path, const char *method, sd_bus_message **ret);
 /* The Subvolume object of @path; the exit code, negative, on failure. */
 int subvolume_of_path(sd_bus *bus, const char *path, char **ret);
+/* The same, among @o: NULL when subvold published it after @o was read. */
+int subvolume_in(sd_bus *bus, const Objects *o, const char *path, const Object **ret);
 
 /* ---- the commands ---- */
 
