@@ -85,10 +85,13 @@ static bool failed_before(const Model *previous, uint64_t id) {
 /* A mounted btrfs that cannot be read now (an I/O error, the kernel out of
  * memory, the mount going away) is left out and tried again with the next
  * refresh, a second later: nothing else would bring it back, as no change
- * of it need come.  Logged once while it keeps failing. */
+ * of it need come.  Logged once while it keeps failing.  ESTALE is no
+ * failure: the mount point is another mount than the table read a moment
+ * ago says, a mount change whose own refresh follows (each new mount
+ * would be warned about once otherwise). */
 #define skip_mount(previous, mount, error, ...)                                                 \
-        (log_errno_internal(failed_before(previous, (mount)->id) ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, \
-                            (error), __VA_ARGS__), 1)
+        (log_errno_internal((error) == -ESTALE || failed_before(previous, (mount)->id) ?           \
+                            LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 1)
 
 /* Adds the filesystem behind mount number @i to @model, or attaches the
  * mount to it when another mount already brought it in.  Returns 1 when

@@ -938,18 +938,24 @@ bool scanner_update(Scanner *s, Model *model) {
                 for (size_t j = 0; j < fs->n_subvolumes; j++) {
                         Subvolume *sv = &fs->subvolumes[j];
                         const ExtentUser *u = extent_map_find_user(&f->cached.map, sv->id);
+                        bool current = u && u->generation == sv->generation &&
+                                       u->change_generation == sv->change_generation &&
+                                       !(u->tentative && u->tentative_fingerprint != fs->root_fingerprint);
 
                         if (u) {
+                                /* Figures of a tree that changed since (also
+                                 * while subvold was not running) are those of
+                                 * an older state until it is read again: not
+                                 * consistent, as qgroups during a rescan. */
                                 sv->logical_referenced_bytes = u->logical_referenced;
                                 sv->usage = (Usage) {
                                         .referenced = u->referenced, .exclusive = u->exclusive, .inodes = u->inodes,
                                         .referenced_limit = USAGE_UNKNOWN, .exclusive_limit = USAGE_UNKNOWN,
-                                        .source = USAGE_SOURCE_SCAN, .consistent = true,
+                                        .source = USAGE_SOURCE_SCAN, .consistent = current,
                                         .updated_usec = u->scanned_usec,
                                 };
                         }
-                        if (u && u->generation == sv->generation && u->change_generation == sv->change_generation &&
-                            !(u->tentative && u->tentative_fingerprint != fs->root_fingerprint))
+                        if (current)
                                 done++;
                         else if (failed_before(f, sv))
                                 failed++;  /* not read again until it changes */

@@ -332,6 +332,16 @@ MUTATIONS = {
         '                log_info("Disconnected from the bus, exiting.");',
         "",
         ["test_faults"]),
+    "replaced-mount-warned": (
+        "daemon/discover.c",
+        "(error) == -ESTALE || failed_before",
+        "failed_before",
+        ["test_faults"]),
+    "changed-tree-figures-consistent": (
+        "daemon/scanner.c",
+        ".source = USAGE_SOURCE_SCAN, .consistent = current,",
+        ".source = USAGE_SOURCE_SCAN, .consistent = true,",
+        ["test_scan"]),
     "scan-io-error-not-warned": (
         "daemon/scanner.c",
         "res->error == -ENOENT ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING",

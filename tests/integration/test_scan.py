@@ -109,31 +109,65 @@ def _umount_syscall(point):
 def replace_mount(test, point, device, mount_id):
     """Unmounts @point and mounts the btrfs on @device there with id
     @mount_id (mountinfo's).  The kernel hands out the lowest free id, and
-    ids below the one just freed may be free too (freed by anyone on the
-    machine, before or meanwhile): a tmpfs mount elsewhere takes each such
-    id (until the test ends), and the btrfs is mounted again.  Something
-    else may take an id in between, @mount_id too, for a moment (subvold's
-    refresh opens clones of mounts, and a clone has an id too): then it
-    tries again."""
-    _umount_syscall(point)
+    mounting a btrfs takes two: its top level's internal mount takes the
+    lowest (and frees it again), the mount made takes the next.  So
+    exactly one id below @mount_id must be free.  Ids are freed and taken
+    by anyone on the machine (subvold's clones of mounts too): while the
+    btrfs comes out below @mount_id, more than one was free, and a tmpfs
+    mount elsewhere (a filler, until the test ends) takes one; while it
+    comes out above, none was (or @mount_id is taken for a moment), and a
+    filler goes if there is one."""
+    fillers = test.__dict__.setdefault("id_fillers", [])
+    got_ids = []
 
     def attempt():
         while True:
             _mount_syscall(device, point)
             got = mountinfo_id(point)
+            got_ids.append(got)
             if got == mount_id:
                 return True
             _umount_syscall(point)
             if got > mount_id:
-                return False
+                below = [f for f in fillers if mountinfo_id(f) < mount_id]
+                if not below:
+                    return False  # @mount_id is taken: wait
+                fillers.remove(below[-1])
+                _umount_syscall(below[-1])
+                continue
             filler = tempfile.mkdtemp(prefix="id-filler-", dir=test.tmp)
             _mount_syscall("tmpfs", filler, b"tmpfs")
             test.stack.callback(_umount_syscall, filler)
-            if mountinfo_id(filler) >= mount_id:  # the free id went meanwhile: this one is no filler
+            if mountinfo_id(filler) >= mount_id:  # the free ids went meanwhile: this one is no filler
                 _umount_syscall(filler)
                 return False
+            fillers.append(filler)
 
-    wait_for(attempt, f"mount id {mount_id} to be free for {device} on {point}", timeout=SCAN_TIMEOUT)
+    _umount_syscall(point)
+    try:
+        wait_for(attempt, f"mount id {mount_id} for {device} on {point}", timeout=SCAN_TIMEOUT)
+    except AssertionError as e:
+        raise AssertionError(f"{e} (ids got: {got_ids[-20:]}); mount id {mount_id} is held by: "
+                             f"{mount_id_holders(mount_id) or 'nothing that shows'}") from None
+
+
+def mount_id_holders(mount_id):
+    """Who holds mount id @mount_id: a mount in some process's mount
+    namespace, or an fd (an open_tree() clone is in none)."""
+    holders = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                who = f"{pid} ({f.read().strip()})"
+            with open(f"/proc/{pid}/mountinfo") as f:
+                holders.update(f"{who}: mount on {line.split()[4]}" for line in f if line.split()[0] == str(mount_id))
+            for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    if f"mnt_id:\t{mount_id}\n" in f.read():
+                        holders.add(f"{who}: fd {fd} -> {os.readlink(f'/proc/{pid}/fd/{fd}')}")
+        except OSError:
+            continue
+    return "; ".join(sorted(holders))
 
 
 def restore_mount(point, device):
@@ -405,8 +439,9 @@ class ScanTestCase(TestCase):
             for i in sorted(set(got) & set(expected)):
                 p = got[i]
                 usage = Usage(p["Inodes"], p["ReferencedBytes"], p["ExclusiveBytes"])
-                if p["UsageSource"] != "scan" or usage != expected[i]:
-                    diff.append(f"{i}: {p['UsageSource']} {tuple(usage)} != scan {tuple(expected[i])}")
+                if p["UsageSource"] != "scan" or usage != expected[i] or not p["UsageConsistent"]:
+                    diff.append(f"{i}: {p['UsageSource']} {tuple(usage)} consistent {p['UsageConsistent']} "
+                                f"!= scan {tuple(expected[i])}")
             last[:] = diff
             return not diff
 
@@ -692,6 +727,38 @@ class ScanTest(ScanTestCase):
         self.assertIn(b, read)
         self.assertIn(a, read)
         daemon.stop()
+
+    def test_changed_while_away_is_not_consistent(self):
+        """A tree that changed while subvold was not running is published
+        from the scan cache as it was read, with UsageConsistent false
+        (the figures of an older state, as qgroups during a rescan) until
+        it is read again; an unchanged one is consistent at once."""
+        fs, mnt = self.make_fs()
+        subvolume_create(f"{mnt}/A")
+        write_random(f"{mnt}/A/data", 64 * KiB)
+        subvolume_create(f"{mnt}/B")
+        write_random(f"{mnt}/B/data", 64 * KiB)
+        settle(mnt)
+        write_random(f"{mnt}/top", 4 * KiB)  # A and B settled, older than the filesystem
+        a, b = btrfs_rootid(f"{mnt}/A"), btrfs_rootid(f"{mnt}/B")
+        cache = self.path("cache")
+        os.mkdir(cache)
+        self.start("--cache-dir", cache)
+        first = self.assert_scan_matches(fs, mnt)
+        self.daemon.stop()
+
+        write_random(f"{mnt}/B/more", 128 * KiB)
+        settle(mnt)
+        pause = ScanPause(self)
+        daemon = self.start("--cache-dir", cache, "-v", pause=pause)
+        pause.advance(daemon, lambda paused: paused[-1][0] == b, "the scanner before B's tree")
+        published = self.published(fs)
+        self.assertEqual([(p["UsageSource"], p["UsageConsistent"], p["ReferencedBytes"]) for p in
+                          (published[a], published[b])],
+                         [("scan", True, first[a].referenced), ("scan", False, first[b].referenced)])
+        pause.release()
+        usage = self.assert_scan_matches(fs, mnt)
+        self.assertEqual(usage[b], Usage(3, 192 * KiB, 192 * KiB))
 
     def test_corrupted_scan_cache(self):
         """A damaged scan.cache is refused with one log line; subvold reads
