@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/param.h>
 #include <time.h>
 #include <systemd/sd-daemon.h>
 
@@ -94,6 +95,13 @@ static int on_refresh_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+/* The earliest time the rate limit lets the next refresh run. */
+static uint64_t refresh_allowed(const Manager *m) {
+        uint64_t slack = (REFRESH_BURST - 1) * REFRESH_INTERVAL_USEC;
+
+        return m->refresh_budget > slack ? m->refresh_budget - slack : 0;
+}
+
 void manager_schedule_refresh(Manager *m, uint64_t delay_usec) {
         uint64_t now, when, armed;
         int r, enabled;
@@ -101,9 +109,7 @@ void manager_schedule_refresh(Manager *m, uint64_t delay_usec) {
         r = sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         if (r < 0)
                 goto fail;
-        when = now + delay_usec;
-        if (m->last_refresh && when < m->last_refresh + REFRESH_INTERVAL_USEC)
-                when = m->last_refresh + REFRESH_INTERVAL_USEC;
+        when = MAX(now + delay_usec, refresh_allowed(m));
         if (!m->refresh_timer) {
                 /* A new time source is a one-shot already. */
                 r = sd_event_add_time(m->event, &m->refresh_timer, CLOCK_MONOTONIC, when, 0, on_refresh_timer, m);
@@ -137,6 +143,7 @@ int manager_refresh(Manager *m) {
         int r;
 
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);
+        m->refresh_budget = MAX(m->refresh_budget, m->last_refresh) + REFRESH_INTERVAL_USEC;
         r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
         if (r < 0) {
                 /* The mount table unreadable for now (listmount() out of

@@ -14,9 +14,12 @@
 #include "scanner.h"
 #include "watch.h"
 
-/* Refreshes run at most this often, so that no object emits more than one
- * PropertiesChanged per second (Refresh() from root excepted). */
+/* Refreshes run once per REFRESH_INTERVAL_USEC on average, and at most
+ * REFRESH_BURST within one: a change after a quiet while is published at
+ * once, a stream of changes costs no more than one refresh a second
+ * (Refresh() from root is never held back, but counts). */
 #define REFRESH_INTERVAL_USEC (1000 * 1000ULL)
+#define REFRESH_BURST 2
 
 typedef struct Manager {
         sd_event *event;
@@ -33,6 +36,10 @@ typedef struct Manager {
         ScannerOptions scan_options;     /* its cache_dir is cache_dir */
         sd_event_source *refresh_timer;  /* the next refresh, when one is due */
         uint64_t last_refresh;           /* CLOCK_MONOTONIC */
+        /* The rate limit, as the generic cell rate algorithm keeps it: a
+         * refresh may run REFRESH_BURST - 1 intervals before this, and
+         * moves it one interval on (CLOCK_MONOTONIC). */
+        uint64_t refresh_budget;
         uint64_t exit_idle_usec;         /* 0: never exit when idle */
         size_t max_message_size;         /* see bus_objects_register() */
         uint64_t last_activity;          /* CLOCK_MONOTONIC, of the last bus message */
@@ -56,8 +63,8 @@ int manager_start(Manager *m);
  * change signals.  On failure the old model stays published. */
 int manager_refresh(Manager *m);
 
-/* Asks for a refresh soon: after @delay_usec, and no sooner than
- * REFRESH_INTERVAL_USEC after the previous one. */
+/* Asks for a refresh soon: after @delay_usec, and no sooner than the rate
+ * limit (see REFRESH_BURST) allows. */
 void manager_schedule_refresh(Manager *m, uint64_t delay_usec);
 
 /* Runs until SIGTERM/SIGINT or the bus goes away. */

@@ -282,6 +282,11 @@ MUTATIONS = {
         "#define REFRESH_INTERVAL_USEC (1000 * 1000ULL)",
         "#define REFRESH_INTERVAL_USEC (0ULL)",
         ["test_live"]),
+    "refresh-burst-of-three": (
+        "daemon/manager.h",
+        "#define REFRESH_BURST 2",
+        "#define REFRESH_BURST 3",
+        ["test_live"]),
     "properties-changed-twice": (
         "daemon/bus-objects.c",
         "        int r = sd_bus_emit_properties_changed_strv(bus, path, interface, NULL);\n",

@@ -37,6 +37,7 @@ SUBVOLD = os.environ.get("SUBVOLD_BINARY", "")
 SOURCE_DIR = os.environ.get("SUBVOLD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD_DIR = os.environ.get("SUBVOLD_BUILD_DIR", "")
 GDBUS_CLIENT = os.environ.get("SUBVOLD_GDBUS_CLIENT", "")
+REFRESH_BURST = 2  # daemon/manager.h
 SANITIZER_MARKERS = (b"ERROR: AddressSanitizer", b"ERROR: LeakSanitizer", b"runtime error:")
 
 
@@ -543,6 +544,16 @@ class Daemon:
         one was due already."""
         return [(int(m[1]), m[2] == "another is due")
                 for m in re.finditer(r"^<7>Refresh at (\d+) us; (another is due|none due)\.$", self.log(), re.M)]
+
+    def assert_refresh_rate(self):
+        """subvold's rate limit on refreshes, on its own clock (no jitter on
+        it): n + 1 refreshes in a row span at least n - REFRESH_BURST + 1
+        seconds (a burst of two after a quiet while, one a second on
+        average).  Refresh() must not have been called."""
+        times = [t for t, _ in self.refreshes()]
+        closer = [(times[j] - times[i], j - i) for i in range(len(times)) for j in range(i + 1, len(times))
+                  if times[j] - times[i] < (j - i - REFRESH_BURST + 1) * 1000000]
+        self.test.assertEqual(closer, [], f"refreshes closer than the rate limit allows (µs, refreshes apart): {times}")
 
     def status(self, field):
         """A number from /proc/PID/status (VmRSS in kB, ...)."""
