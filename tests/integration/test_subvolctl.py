@@ -79,6 +79,10 @@ class SubvolctlTest(TestCase):
         os.sync()
         self.bus = Bus(self)
         self.daemon = Daemon(self, self.bus)
+        # The tests compare outputs taken one after the other: start from
+        # the state the scanner's first read of the other filesystem ends.
+        wait_for(lambda: all(r["source"] != "none" and r["usage_consistent"] for r in self.json("list")),
+                 "every subvolume measured")
 
     def tearDown(self):
         if not self.daemon.stopped:
