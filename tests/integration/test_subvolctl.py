@@ -15,8 +15,8 @@ import select
 import subprocess
 import threading
 
-from harness import (BUS_NAME, MANAGER_IFACE, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Btrfs, Bus, Daemon, TestCase,
-                     btrfs_rootid, main, run, snapshot, subvolume_create, wait_for, write_random)
+from harness import (BUS_NAME, FS_IFACE, MANAGER_IFACE, MANAGER_PATH, SOURCE_DIR, SUBVOLD, Btrfs, Bus, Daemon,
+                     TestCase, btrfs_rootid, main, run, snapshot, subvolume_create, wait_for, write_random)
 
 SUBVOLCTL = os.environ.get("SUBVOLCTL", "")
 MAN_PAGE = os.path.join(SOURCE_DIR, "subvolctl", "subvolctl.1")
@@ -79,10 +79,9 @@ class SubvolctlTest(TestCase):
         os.sync()
         self.bus = Bus(self)
         self.daemon = Daemon(self, self.bus)
-        # The tests compare outputs taken one after the other: start from
-        # the state the scanner's first read of the other filesystem ends.
-        wait_for(lambda: all(r["source"] != "none" and r["usage_consistent"] for r in self.json("list")),
-                 "every subvolume measured")
+        # The tests compare outputs taken one after the other: start once
+        # the scanner's first read of the quota-less filesystem is published.
+        wait_for(lambda: self.bus.get(self.other.object_path, FS_IFACE, "ScanProgress") == 1.0, "the first scan")
 
     def tearDown(self):
         if not self.daemon.stopped:
