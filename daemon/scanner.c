@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/param.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
@@ -45,13 +46,23 @@ typedef struct JobList {
         size_t n, allocated;
 } JobList;
 
+/* A tree that could not be read (an I/O error, most likely) is read
+ * again when it changes, or after a delay that doubles with each failure
+ * of the same state, from SCAN_RETRY_FIRST_USEC to SCAN_RETRY_MAX_USEC:
+ * a disk that comes back is measured again without hammering one that
+ * does not. */
+#define SCAN_RETRY_FIRST_USEC (10 * 1000000ULL)
+#define SCAN_RETRY_MAX_USEC (3600 * 1000000ULL)
+
 typedef struct Failure {
         uint64_t id, generation, change_generation;
+        uint64_t retry_usec;     /* CLOCK_MONOTONIC: read again from then on */
+        uint64_t delay_usec;     /* the last delay */
 } Failure;
 
 typedef struct ScanFs {
         ScanCacheFs cached;      /* uuid and map: what the scan cache keeps */
-        Failure *failures;       /* trees that could not be read: not again until they change */
+        Failure *failures;       /* trees that could not be read: not again until they change or retry_usec */
         size_t n_failures, allocated_failures;
         bool too_big;            /* past max_memory: no figures for it */
         /* Under lock, so that the worker keeps within max_memory too:
@@ -69,6 +80,7 @@ typedef struct ScanFs {
 struct Scanner {
         sd_event_source *wakeup;
         int wakeup_fd;
+        sd_event_source *retry_timer;  /* at the earliest Failure.retry_usec */
         void (*on_results)(void *userdata);
         void *userdata;
         size_t max_memory;
@@ -119,6 +131,22 @@ struct Scanner {
         ScanFs *fss;
         size_t n_fss, allocated_fss;
 };
+
+/* The failure of that state of subvolume @id's tree, if it failed. */
+static Failure *failure_of(const ScanFs *f, uint64_t id, uint64_t generation, uint64_t change_generation) {
+        for (size_t i = 0; i < f->n_failures; i++)
+                if (f->failures[i].id == id && f->failures[i].generation == generation &&
+                    f->failures[i].change_generation == change_generation)
+                        return &f->failures[i];
+        return NULL;
+}
+
+static int on_retry_timer(sd_event_source *source, uint64_t usec, void *userdata) {
+        Scanner *s = userdata;
+
+        s->on_results(s->userdata);  /* the next update queues what is due */
+        return 0;
+}
 
 static uint64_t clock_usec(clockid_t clock) {
         struct timespec ts;
@@ -499,6 +527,11 @@ int scanner_new(sd_event *event, const ScannerOptions *options, void (*on_result
         r = sd_event_add_io(event, &s->wakeup, s->wakeup_fd, EPOLLIN, on_wakeup, s);
         if (r < 0)
                 goto fail;
+        r = sd_event_add_time(event, &s->retry_timer, CLOCK_MONOTONIC, UINT64_MAX, 1000000, on_retry_timer, s);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->retry_timer, SD_EVENT_OFF);
+        if (r < 0)
+                goto fail;
         r = sd_event_add_defer(event, &s->hand_off, on_hand_off, s);
         if (r >= 0)
                 r = sd_event_source_set_enabled(s->hand_off, SD_EVENT_OFF);
@@ -541,6 +574,7 @@ Scanner *scanner_free(Scanner *s) {
         free(s->cache_dir);
         job_list_done(&s->ready);
         sd_event_source_disable_unref(s->hand_off);
+        sd_event_source_disable_unref(s->retry_timer);
         free(s->jobs);
         free(s->results);
         free(s->fss);
@@ -649,18 +683,31 @@ static bool scan_fs_fold(Scanner *s, ScanFs *f, Result *res) {
         /* Only a tree that could not be read on its own filesystem is its
          * failure: a mount that went or was replaced, or a cancelled job,
          * is read again when the filesystem is next reachable. */
-        if (res->error < 0 && res->reached && res->error != -ECANCELED &&
-            grow_array(&f->failures, &f->allocated_failures, f->n_failures + 1, sizeof(Failure)) >= 0) {
-                /* Deleted meanwhile, most likely (ENOENT); if not, it is
-                 * tried again when its tree changes.  Anything else (an
-                 * I/O error) is news for the administrator. */
-                log_errno_internal(res->error == -ENOENT ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, res->error,
-                                   "Scan of subvolume %" PRIu64 " failed: %m", res->job.id);
-                f->failures[f->n_failures++] = (Failure) { res->job.id, res->job.generation,
-                                                           res->job.change_generation };
+        if (res->error < 0 && res->reached && res->error != -ECANCELED) {
+                Failure *failure = failure_of(f, res->job.id, res->job.generation, res->job.change_generation);
+
+                if (!failure && grow_array(&f->failures, &f->allocated_failures, f->n_failures + 1,
+                                           sizeof(Failure)) >= 0) {
+                        failure = &f->failures[f->n_failures++];
+                        *failure = (Failure) { .id = res->job.id, .generation = res->job.generation,
+                                               .change_generation = res->job.change_generation };
+                }
+                if (failure) {
+                        failure->delay_usec = failure->delay_usec ? MIN(failure->delay_usec * 2, SCAN_RETRY_MAX_USEC)
+                                                                  : SCAN_RETRY_FIRST_USEC;
+                        failure->retry_usec = clock_usec(CLOCK_MONOTONIC) + failure->delay_usec;
+                        /* Deleted meanwhile, most likely (ENOENT).  Anything
+                         * else (an I/O error) is news for the administrator. */
+                        log_errno_internal(res->error == -ENOENT ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, res->error,
+                                           "Scan of subvolume %" PRIu64 " failed, trying again in %" PRIu64 " s or when it changes: %m",
+                                           res->job.id, failure->delay_usec / 1000000);
+                }
         }
         if (res->error < 0)
                 return false;
+        Failure *failure = failure_of(f, res->job.id, res->job.generation, res->job.change_generation);
+        if (failure)
+                *failure = f->failures[--f->n_failures];  /* read at last */
         /* Room for the map's growth before it grows. */
         growth = extent_map_growth(&f->cached.map, res->job.id, res->extents, res->n_extents);
         pthread_mutex_lock(&s->lock);
@@ -733,12 +780,11 @@ static const Mount *filesystem_mount(const Model *model, const Filesystem *fs) {
         return NULL;
 }
 
-static bool failed_before(const ScanFs *f, const Subvolume *sv) {
-        for (size_t i = 0; i < f->n_failures; i++)
-                if (f->failures[i].id == sv->id && f->failures[i].generation == sv->generation &&
-                    f->failures[i].change_generation == sv->change_generation)
-                        return true;
-        return false;
+/* Whether @sv's tree failed as it is now and is not due to be read again. */
+static bool failed_before(const ScanFs *f, const Subvolume *sv, uint64_t now) {
+        const Failure *failure = failure_of(f, sv->id, sv->generation, sv->change_generation);
+
+        return failure && now < failure->retry_usec;
 }
 
 static void job_list_done(JobList *l) {
@@ -751,7 +797,7 @@ static void job_add(JobList *l, const Mount *m, const Model *model, const Filesy
                     const Subvolume *sv) {
         Job job;
 
-        if (!m || failed_before(f, sv) || grow_array(&l->jobs, &l->allocated, l->n + 1, sizeof(Job)) < 0)
+        if (!m || grow_array(&l->jobs, &l->allocated, l->n + 1, sizeof(Job)) < 0)
                 return;
         job = (Job) { .point = strdup(m->point), .mount_id = m->id, .dev_major = m->dev_major,
                       .dev_minor = m->dev_minor, .source = model->mounts.source, .id = sv->id,
@@ -883,7 +929,25 @@ static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
         return 0;
 }
 
+/* Arms the retry timer for the earliest failure not due yet at @now. */
+static void scanner_arm_retry(Scanner *s, uint64_t now) {
+        uint64_t next = UINT64_MAX;
+
+        for (size_t i = 0; i < s->n_fss; i++)
+                for (size_t j = 0; j < s->fss[i].n_failures; j++)
+                        if (s->fss[i].failures[j].retry_usec > now)
+                                next = MIN(next, s->fss[i].failures[j].retry_usec);
+        if (next == UINT64_MAX) {
+                (void) sd_event_source_set_enabled(s->retry_timer, SD_EVENT_OFF);
+                return;
+        }
+        if (sd_event_source_set_time(s->retry_timer, next) < 0 ||
+            sd_event_source_set_enabled(s->retry_timer, SD_EVENT_ONESHOT) < 0)
+                log_warning("Cannot arm the timer for reading failed subvolume trees again; they are read when they change.");
+}
+
 bool scanner_update(Scanner *s, Model *model) {
+        uint64_t now = clock_usec(CLOCK_MONOTONIC);
         bool changed, run_done = false;
         JobList new = {};
 
@@ -927,7 +991,8 @@ bool scanner_update(Scanner *s, Model *model) {
                 /* ... and failures that no longer apply. */
                 for (size_t j = f->n_failures; j-- > 0;) {
                         const Subvolume *sv = filesystem_find_subvolume(fs, f->failures[j].id);
-                        if (!sv || !failed_before(f, sv))
+                        if (!sv || sv->generation != f->failures[j].generation ||
+                            sv->change_generation != f->failures[j].change_generation)
                                 f->failures[j] = f->failures[--f->n_failures];
                 }
                 mount = filesystem_mount(model, fs);
@@ -957,8 +1022,8 @@ bool scanner_update(Scanner *s, Model *model) {
                         }
                         if (current)
                                 done++;
-                        else if (failed_before(f, sv))
-                                failed++;  /* not read again until it changes */
+                        else if (failed_before(f, sv, now))
+                                failed++;  /* not read again until it changes or its retry is due */
                         else if (!(n_pending && bsearch(&sv->id, pending, n_pending, sizeof(uint64_t), cmp_u64)))
                                 job_add(&new, mount, model, fs, f, sv);
                 }
@@ -1008,6 +1073,7 @@ bool scanner_update(Scanner *s, Model *model) {
 
                 fs->extent_map = f && !f->too_big ? &f->cached.map : NULL;
         }
+        scanner_arm_retry(s, now);
         s->ready = new;
         if (s->ready.n > 0 && sd_event_source_set_enabled(s->hand_off, SD_EVENT_ONESHOT) < 0)
                 scanner_hand_off(s);

@@ -362,6 +362,11 @@ MUTATIONS = {
         "                manager_schedule_refresh(m, REFRESH_INTERVAL_USEC);\n                return r;",
         "                return r;",
         ["test_faults"]),
+    "failed-trees-never-retried": (
+        "daemon/scanner.c",
+        "        scanner_arm_retry(s, now);\n",
+        "",
+        ["test_faults"]),
     "unreadable-filesystem-not-retried": (
         "daemon/discover.c",
         "                            (error), __VA_ARGS__), 1)",

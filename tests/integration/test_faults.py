@@ -618,6 +618,25 @@ class DeviceFaultTest(TestCase):
         self.assert_recovers(daemon, truth)
         daemon.stop()
 
+    def test_failed_trees_are_read_again_once_the_device_heals(self):
+        """Nothing changes and nothing is mounted again: the trees that
+        failed are read again after a delay (10 s the first time, doubling
+        with each failure) and the truth comes out."""
+        from test_scan import ScanPause
+        truth = self.truth()
+        pause = ScanPause(self)
+        daemon = Daemon(self, self.bus, "-v", **pause.daemon_args())
+        wait_for(lambda: pause.waiting(daemon), "the scanner to pause before a tree")
+        self.fail_device()
+        pause.release()
+        wait_for(lambda: re.search(r"^<[0-4]>.*Scan of subvolume \d+ failed, trying again in 10 s", daemon.log(),
+                                   re.M), "the failed scan logged with its retry")
+        self.assert_nothing_wrong(truth, "while the device fails")
+        self.command("heal")
+        wait_for(lambda: self.published() == truth, "the truth once the failed trees were read again", timeout=60)
+        self.assertTrue(daemon.alive())
+        daemon.stop()
+
     def test_device_fails_while_writing(self):
         """Writes fail: btrfs aborts the transaction and goes read-only."""
         daemon = Daemon(self, self.bus, "-v")
