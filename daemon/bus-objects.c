@@ -6,6 +6,7 @@
 
 /* The manager's current model, for methods that take other objects. */
 static Model **current_model;
+static BusSpace *current_space;
 
 char *bus_filesystem_path(const Filesystem *fs, char buf[static BUS_OBJECT_PATH_MAX]) {
         memcpy(buf, SUBVOLD_FS_PREFIX "/", strlen(SUBVOLD_FS_PREFIX "/"));
@@ -598,9 +599,7 @@ static int cmp_id(const void *a, const void *b) {
 static int method_get_exclusive_bytes(sd_bus_message *message, void *userdata, sd_bus_error *error) {
         Filesystem *fs = userdata;
         _cleanup_free_ uint64_t *ids = NULL;
-        _cleanup_free_ const ExtentUser **set = NULL;
         size_t n = 0, allocated = 0;
-        uint64_t bytes;
         const char *path;
         int r;
 
@@ -634,17 +633,11 @@ static int method_get_exclusive_bytes(sd_bus_message *message, void *userdata, s
                 if (ids[i] == ids[i - 1])
                         return sd_bus_error_setf(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                                  "Subvolume %" PRIu64 " is in the set twice.", ids[i]);
-        set = calloc(n, sizeof(ExtentUser *));
-        if (!set)
-                return -ENOMEM;
         for (size_t i = 0; i < n; i++)
                 /* Not measured (yet), or no map at all: unknown. */
-                if (!fs->extent_map || !(set[i] = extent_map_find_user(fs->extent_map, ids[i])))
+                if (!fs->extent_map || !extent_map_find_user(fs->extent_map, ids[i]))
                         return sd_bus_reply_method_return(message, "t", UINT64_MAX);
-        r = extent_map_exclusive_of(fs->extent_map, set, n, &bytes);
-        if (r < 0)
-                return r;
-        return sd_bus_reply_method_return(message, "t", bytes);
+        return bus_space_exclusive_bytes(current_space, message, fs, TAKE_PTR(ids), n, error);
 }
 
 /* Sees every message to the manager's path before sd-bus's own handlers,
@@ -655,11 +648,12 @@ static int on_manager_path_message(sd_bus_message *message, void *userdata, sd_b
         return method_get_managed_objects(message, userdata, error);
 }
 
-int bus_objects_register(sd_bus *bus, Model **model, size_t max_size) {
+int bus_objects_register(sd_bus *bus, Model **model, BusSpace *space, size_t max_size) {
         int r;
 
         max_message_size = max_size;
         current_model = model;
+        current_space = space;
         /* sd-bus's object manager stays registered for introspection; our
          * callback answers GetManagedObjects and we emit the signals. */
         r = sd_bus_add_object_manager(bus, NULL, SUBVOLD_MANAGER_PATH);

@@ -7,6 +7,7 @@
 
 #include <systemd/sd-bus.h>
 
+#include "bus-space.h"
 #include "model.h"
 
 #define BUS_OBJECT_PATH_MAX 96
@@ -23,10 +24,10 @@ char *bus_subvolume_path(const Subvolume *sv, char buf[static BUS_OBJECT_PATH_MA
 
 /* Registers the object tree below /org/subvold/Subvold1/fs.  @model points
  * to the manager's current model, which may be swapped at any time between
- * two bus calls.  GetManagedObjects answers LimitsExceeded rather than
+ * two bus calls; @space answers GetExclusiveBytes.  GetManagedObjects answers LimitsExceeded rather than
  * send a reply that could be larger than @max_message_size bytes, and
  * GetSubvolumes pages stay below it. */
-int bus_objects_register(sd_bus *bus, Model **model, size_t max_message_size);
+int bus_objects_register(sd_bus *bus, Model **model, BusSpace *space, size_t max_message_size);
 
 /* Emits InterfacesAdded, InterfacesRemoved and PropertiesChanged for what
  * differs between @old and @new.  @new must already be the current model. */

@@ -69,6 +69,22 @@ static void slot_delete(ExtentMap *m, struct ExtentSlot *s) {
         m->n_used--;
 }
 
+/* Takes the counts of the query running on @m back, if any: it starts
+ * over at its next step. */
+static void query_evict(ExtentMap *m) {
+        ExtentQuery *q = m->query;
+
+        if (!q)
+                return;
+        for (size_t i = q->summed; i < q->n_seen; i++)
+                q->seen[i]->mark = 0;
+        q->member = q->summed = q->n_seen = 0;
+        q->walking = false;
+        q->bytes = 0;
+        q->restarts++;
+        m->query = NULL;
+}
+
 /* ---- packed extent lists ---- */
 
 static size_t varint_put(uint8_t *p, uint64_t v) {
@@ -278,6 +294,7 @@ static int set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t cha
         DataExtent e;
         int r;
 
+        query_evict(m);  /* before anything moves */
         u = user_get(m, id);
         if (!u) {
                 free(packed);
@@ -339,6 +356,7 @@ void extent_map_remove_user(ExtentMap *m, uint64_t id) {
 
         if (!u)
                 return;
+        query_evict(m);
         user_clear(m, u);
         memmove(u, u + 1, (size_t) (m->users + m->n_users - (u + 1)) * sizeof(ExtentUser));
         m->n_users--;
@@ -384,52 +402,105 @@ uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since) 
         return bytes;
 }
 
-int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret) {
-        _cleanup_free_ struct ExtentSlot **seen = NULL;
-        size_t n_seen = 0, allocated = 0;
-        uint64_t bytes = 0;
-        int r = 0;
+/* Counts the members referring to each extent in its slot's scratch
+ * counter, noting each slot at its first count: one table lookup per
+ * reference, a batch of them fetched at once (each is a cache miss in a
+ * large table).  At most @budget extents; returns how many, or -ENOMEM. */
+static ssize_t query_count(ExtentMap *m, ExtentQuery *q, size_t budget) {
+        DataExtent batch[16];
+        size_t k, done = 0;
 
-        /* Count the members referring to each extent in its slot's
-         * scratch counter, noting each slot at its first count: one table
-         * lookup per reference, a batch of them fetched at once (each is
-         * a cache miss in a large table) ... */
-        for (size_t i = 0; i < n && r >= 0; i++) {
-                ExtentIter it = extent_iter(set[i]);
-                DataExtent batch[16];
-                size_t k;
-
-                do {
-                        for (k = 0; k < ELEMENTSOF(batch) && extent_iter_next(&it, &batch[k]); k++)
-                                __builtin_prefetch(&m->slots[slot_index(m, batch[k].bytenr)]);
-                        for (size_t j = 0; j < k && r >= 0; j++) {
-                                struct ExtentSlot *s = slot_find(m, batch[j].bytenr);
-                                if (!s)
-                                        continue;
-                                if (s->mark == 0) {
-                                        r = grow_array(&seen, &allocated, n_seen + 1, sizeof(struct ExtentSlot *));
-                                        if (r < 0)
-                                                break;
-                                        seen[n_seen++] = s;
-                                }
-                                s->mark++;
+        while (done < budget && q->walking) {
+                for (k = 0; k < ELEMENTSOF(batch) && done + k < budget && extent_iter_next(&q->it, &batch[k]); k++)
+                        __builtin_prefetch(&m->slots[slot_index(m, batch[k].bytenr)]);
+                if (k < ELEMENTSOF(batch) && done + k < budget)
+                        q->walking = false;  /* the end of this member's list */
+                for (size_t j = 0; j < k; j++) {
+                        struct ExtentSlot *s = slot_find(m, batch[j].bytenr);
+                        if (!s)
+                                continue;
+                        if (s->mark == 0) {
+                                if (grow_array(&q->seen, &q->allocated_seen, q->n_seen + 1, sizeof(struct ExtentSlot *)) < 0)
+                                        return -ENOMEM;  /* the counts so far are taken back by extent_query_done() */
+                                q->seen[q->n_seen++] = s;
                         }
-                } while (k == ELEMENTSOF(batch) && r >= 0);
+                        s->mark++;
+                }
+                done += k;
         }
-        /* ... then each distinct extent once: it counts when no referrer
-         * is outside the set.  The counters go back to 0, also on error. */
-        for (size_t i = 0; i < n_seen; i++) {
-                if (seen[i]->mark == seen[i]->users)
-                        bytes += seen[i]->bytes;
-                seen[i]->mark = 0;
+        return (ssize_t) done;
+}
+
+int extent_query_step(ExtentMap *m, ExtentQuery *q, size_t budget, uint64_t *ret) {
+        if (m->query != q) {
+                /* Not begun, or its counts were taken back: from the start. */
+                query_evict(m);
+                q->member = q->summed = q->n_seen = 0;
+                q->walking = false;
+                q->bytes = 0;
+                m->query = q;
         }
-        if (r < 0)
-                return r;
-        *ret = bytes;
+        while (budget > 0) {
+                if (q->member < q->n) {
+                        if (!q->walking) {
+                                const ExtentUser *u = extent_map_find_user(m, q->ids[q->member]);
+                                if (!u)
+                                        return -ENOENT;
+                                q->it = extent_iter(u);
+                                q->walking = true;
+                        }
+                        ssize_t done = query_count(m, q, budget);
+                        if (done < 0)
+                                return (int) done;
+                        budget -= (size_t) done;
+                        if (!q->walking)
+                                q->member++;
+                        continue;
+                }
+                /* Then each distinct extent once: it counts when no
+                 * referrer is outside the set.  The counters go back to 0. */
+                for (; budget > 0 && q->summed < q->n_seen; budget--, q->summed++) {
+                        struct ExtentSlot *s = q->seen[q->summed];
+                        if (s->mark == s->users)
+                                q->bytes += s->bytes;
+                        s->mark = 0;
+                }
+                if (q->summed == q->n_seen) {
+                        m->query = NULL;
+                        *ret = q->bytes;
+                        return 1;
+                }
+        }
         return 0;
 }
 
+void extent_query_done(ExtentMap *m, ExtentQuery *q) {
+        if (m && m->query == q)
+                query_evict(m);
+        free(q->seen);
+        q->seen = NULL;
+        q->n_seen = q->allocated_seen = 0;
+        q->member = q->summed = 0;
+        q->walking = false;
+        q->bytes = 0;
+}
+
+int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret) {
+        _cleanup_free_ uint64_t *ids = calloc(n ?: 1, sizeof(uint64_t));
+        ExtentQuery q = { .ids = ids, .n = n };
+        int r;
+
+        if (!ids)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                ids[i] = set[i]->id;
+        r = extent_query_step(m, &q, SIZE_MAX, ret);
+        extent_query_done(m, &q);
+        return r < 0 ? r : 0;
+}
+
 void extent_map_done(ExtentMap *m) {
+        query_evict(m);
         for (size_t i = 0; i < m->n_users; i++)
                 free(m->users[i].packed);
         free(m->users);

@@ -45,12 +45,15 @@ typedef struct ExtentUser {
         uint64_t written, snapshots_exclusive;
 } ExtentUser;
 
+typedef struct ExtentQuery ExtentQuery;
+
 typedef struct ExtentMap {
         struct ExtentSlot *slots;   /* open addressing, bytenr 0 = empty */
         size_t n_slots, n_used;
         ExtentUser *users;          /* sorted by id */
         size_t n_users, allocated_users;
         size_t packed_bytes;        /* of all users' packed extents */
+        ExtentQuery *query;         /* the one whose counts are in the table now */
 } ExtentMap;
 
 void extent_map_done(ExtentMap *m);
@@ -92,12 +95,46 @@ const ExtentUser *extent_map_find_user(const ExtentMap *m, uint64_t id);
  * both), no table lookups. */
 uint64_t extent_map_written_since(const ExtentUser *u, const ExtentUser *since);
 
-/* Into *@ret, bytes of the extents that the @n users of @set (distinct,
- * of @m) refer to and no other user does: what deleting them all would
- * free.  One walk of their lists with one table lookup per extent, and
- * one over the distinct extents met (noted in an array of 8 bytes per
- * distinct extent, freed before returning): O(sum of their extents).
- * The table's scratch counters are left at 0.  Returns 0 or -ENOMEM. */
+/* Bytes of the extents that a set of users refer to and no other user
+ * does: what deleting them all would free.  One walk of their lists with
+ * one table lookup per extent, and one over the distinct extents met
+ * (noted in an array of 8 bytes per distinct extent while the query
+ * runs): O(sum of their extents), done in steps of a bounded number of
+ * extents, so that an event loop can serve others in between.
+ *
+ * The query keeps its counts in the table's scratch counters, so one
+ * query at a time per map.  A change of the map (a user set or removed,
+ * the map freed, another query) takes them back and the query starts
+ * over at its next step: its answer is always that of one state of the
+ * map. */
+struct ExtentQuery {
+        const uint64_t *ids;     /* the set: distinct user ids (the caller's) */
+        size_t n;
+        /* Progress; all 0 for a query not begun. */
+        size_t member;           /* walking ids[member] ... */
+        ExtentIter it;
+        bool walking;
+        size_t summed;           /* ... then the distinct extents met, seen[summed ..) */
+        uint64_t bytes;
+        struct ExtentSlot **seen;
+        size_t n_seen, allocated_seen;
+        unsigned restarts;       /* how often a change of the map took its counts */
+};
+
+/* Runs @q on @m for about @budget extents.  Returns 1 with the answer in
+ * *@ret, 0 when there is more to do (call again, with the same map as it
+ * is then), -ENOENT when a member is not a user of @m (not measured, or
+ * gone since), -ENOMEM.  After a result other than 0, @q is over: call
+ * extent_query_done(). */
+int extent_query_step(ExtentMap *m, ExtentQuery *q, size_t budget, uint64_t *ret);
+
+/* Takes @q's counts back from @m (which may be NULL when the map is
+ * gone: its table went with it) and frees its memory.  @q may be run
+ * again from the start. */
+void extent_query_done(ExtentMap *m, ExtentQuery *q);
+
+/* Into *@ret, the answer for the @n users of @set (distinct, of @m), at
+ * once: a query run to its end. */
 int extent_map_exclusive_of(ExtentMap *m, const ExtentUser *const *set, size_t n, uint64_t *ret);
 
 /* Number of distinct extents in the map. */

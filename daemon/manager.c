@@ -44,6 +44,7 @@ Manager *manager_free(Manager *m) {
                 return NULL;
         sd_event_source_disable_unref(m->refresh_timer);
         sd_event_source_disable_unref(m->idle_timer);
+        bus_space_free(m->bus_space);  /* before the scanner: its queries are in the scanner's maps */
         watch_free(m->watch);
         scanner_free(m->scanner);
         bus_files_free(m->bus_files);
@@ -301,9 +302,12 @@ int manager_start(Manager *m) {
         r = sd_bus_open_system(&m->bus);
         if (r < 0)
                 return log_error_errno(r, "Failed to connect to the system bus: %m");
+        r = bus_space_new(m->event, &m->model, &m->bus_space);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up GetExclusiveBytes: %m");
         r = bus_manager_register(m->bus, m);
         if (r >= 0)
-                r = bus_objects_register(m->bus, &m->model, m->max_message_size);
+                r = bus_objects_register(m->bus, &m->model, m->bus_space, m->max_message_size);
         if (r < 0)
                 return log_error_errno(r, "Failed to register D-Bus objects: %m");
         r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);

@@ -9,6 +9,7 @@
 
 #include "bus-fds.h"
 #include "bus-files.h"
+#include "bus-space.h"
 #include "model.h"
 #include "mounts.h"
 #include "scanner.h"
@@ -26,6 +27,7 @@ typedef struct Manager {
         sd_bus *bus;
         BusFds *bus_fds;       /* lets go of the fds clients pass */
         BusFiles *bus_files;   /* versions and identity of files */
+        BusSpace *bus_space;   /* GetExclusiveBytes, in steps */
         Model *model;          /* what the bus publishes; replaced whole by a refresh */
         MountSource mount_source;
         char *cache_dir;       /* where the usage cache lives; NULL: not persisted */

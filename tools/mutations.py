@@ -27,8 +27,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MUTATIONS = {
     "exclusive-of-counts-shared-extents": (
         "daemon/extent-map.c",
-        "if (seen[i]->mark == seen[i]->users)",
-        "if (seen[i]->mark > 0)",
+        "if (s->mark == s->users)",
+        "if (s->mark > 0)",
         ["test-extent-map", "test_space"]),
     "written-since-ignores-the-snapshot": (
         "daemon/extent-map.c",
@@ -55,6 +55,21 @@ MUTATIONS = {
         "                if (other != fs)\n",
         "                if (false)\n",
         ["test_space"]),
+    "exclusive-bytes-in-one-go": (
+        "daemon/bus-space.c",
+        "extent_query_step(map, &c->query, b->step_extents, &bytes)",
+        "extent_query_step(map, &c->query, SIZE_MAX, &bytes)",
+        ["test_space"]),
+    "exclusive-bytes-unlimited-per-sender": (
+        "daemon/bus-space.c",
+        " || from_sender >= BUS_SPACE_MAX_PENDING_PER_SENDER",
+        "",
+        ["test_space"]),
+    "query-survives-a-map-change": (
+        "daemon/extent-map.c",
+        "        query_evict(m);  /* before anything moves */\n",
+        "",
+        ["test-extent-map"]),
     "set-limit-off-by-one": (
         "daemon/bus-objects.c",
         "if (n == GET_EXCLUSIVE_BYTES_MAX)",

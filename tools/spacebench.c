@@ -4,7 +4,10 @@
  * of 500,000 extents and 1,000 snapshots of it, each sharing 1,000 of its
  * extents (a window that moves along) and holding 500 of its own: 1,000,000
  * distinct extents, 2,000,000 references.  Times, best of 5:
- *   exclusive_half   GetExclusiveBytes of every other snapshot (500)
+ *   exclusive_half   GetExclusiveBytes of every other snapshot (500), at once
+ *   stepped_half     the same in steps of BUS_SPACE_STEP_EXTENTS, as subvold
+ *                    answers it, and its longest step (step_max): how long
+ *                    other calls may wait behind it
  *   written_since    GetWrittenSince of the subvolume and its newest snapshot
  *   delete_update    one snapshot deleted: the map updated and the
  *                    subvolume's WrittenBytes and SnapshotsExclusiveBytes
@@ -14,6 +17,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bus-space.h"
 #include "extent-map.h"
 
 #define SOURCE_EXTENTS 500000
@@ -64,7 +68,8 @@ static double best(double a, double b) {
 }
 
 int main(void) {
-        double exclusive_half = 1e9, written_since = 1e9, delete_update = 1e9;
+        double exclusive_half = 1e9, stepped_half = 1e9, step_max = 1e9, written_since = 1e9, delete_update = 1e9;
+        static uint64_t ids[SNAPSHOTS];
         static const ExtentUser *set[SNAPSHOTS];
         uint64_t bytes;
 
@@ -83,6 +88,25 @@ int main(void) {
                         return 1;
                 exclusive_half = best(exclusive_half, now_ms() - t);
 
+                uint64_t stepped = 0;
+                double longest = 0, total = 0;
+                ExtentQuery q = { .ids = ids, .n = n };
+                int r;
+                for (size_t i = 0; i < n; i++)
+                        ids[i] = set[i]->id;
+                do {
+                        t = now_ms();
+                        r = extent_query_step(&m, &q, BUS_SPACE_STEP_EXTENTS, &stepped);
+                        t = now_ms() - t;
+                        total += t;
+                        longest = t > longest ? t : longest;
+                } while (r == 0);
+                extent_query_done(&m, &q);
+                if (r < 0 || stepped != bytes)
+                        return 1;
+                stepped_half = best(stepped_half, total);
+                step_max = best(step_max, longest);
+
                 t = now_ms();
                 bytes = extent_map_written_since(source, extent_map_find_user(&m, 256 + SNAPSHOTS));
                 written_since = best(written_since, now_ms() - t);
@@ -99,7 +123,7 @@ int main(void) {
                 delete_update = best(delete_update, now_ms() - t);
                 extent_map_done(&m);
         }
-        printf("exclusive_half_ms=%.1f written_since_ms=%.1f delete_update_ms=%.1f\n", exclusive_half, written_since,
-               delete_update);
+        printf("exclusive_half_ms=%.1f stepped_half_ms=%.1f step_max_ms=%.2f written_since_ms=%.1f delete_update_ms=%.1f\n",
+               exclusive_half, stepped_half, step_max, written_since, delete_update);
         return 0;
 }

@@ -10,11 +10,14 @@ filesystem du`, sets against level-1 qgroups."""
 
 import collections
 import itertools
+import json
 import os
+import re
+import subprocess
 
-from harness import (FS_IFACE, SUBVOLUME_IFACE, BUS_NAME, Monitor, main, run, snapshot, subvolume_create, wait_for,
+from harness import (FS_IFACE, SUBVOLUME_IFACE, BUS_NAME, Daemon, Monitor, as_user, main, run, snapshot, subvolume_create, wait_for,
                      write_random)
-from test_scan import (MiB, SCAN_TIMEOUT, ScanTestCase, extents_by_subvolume, nodesize, settle, subvolume_ids,
+from test_scan import (KiB, MiB, SCAN_TIMEOUT, ScanTestCase, extents_by_subvolume, nodesize, settle, subvolume_ids,
                        trees)
 
 INVALID, NOT_FOUND = "org.subvold.Subvold1.Error.InvalidArgument", "org.subvold.Subvold1.Error.NotFound"
@@ -246,6 +249,101 @@ class SpaceTest(ScanTestCase):
                 blocks = sum(1 for o in block_owners.values() if o <= set(members))
                 self.assertEqual(level1[n] - ours[members], node * blocks)
 
+
+    def test_exclusive_bytes_in_steps(self):
+        """GetExclusiveBytes works a bounded number of extents per event
+        loop iteration (here 7, SUBVOLD_TEST_SPACE_STEP_EXTENTS), and the
+        test lets the steps run (SUBVOLD_TEST_SPACE_PAUSE_FD: one per
+        byte, all once closed): while one waits, other calls are answered;
+        one connection has at most 4 calls waiting, the next is refused
+        with LimitsExceeded; answered in many steps, the figure is exact."""
+        self.fs, self.mnt = self.make_fs()
+        m = self.mnt
+        subvolume_create(f"{m}/V")
+        for i in range(STEP_FILES):
+            write_random(f"{m}/V/{i}", 8 * KiB)  # not inline: one extent each
+        settle(m)
+        snapshot(f"{m}/V", f"{m}/S1", readonly=True)
+        snapshot(f"{m}/V", f"{m}/S2")
+        settle(m)
+        members = [self.obj(self.id(n)) for n in ("V", "S1", "S2")]
+        truth = STEP_FILES * 8 * KiB  # what deleting all three frees, by construction
+        pause_read, pause = os.pipe()
+        self.stack.callback(lambda: pause >= 0 and os.close(pause))
+        self.daemon = Daemon(self, self.bus, "-v", pass_fds=(pause_read,),
+                             env={"SUBVOLD_TEST_SPACE_STEP_EXTENTS": "7", "SUBVOLD_TEST_SPACE_PAUSE_FD": str(pause_read)})
+        os.close(pause_read)
+        wait_for(lambda: self.bus.get(self.fs.object_path, FS_IFACE, "ScanProgress") == 1.0, "the first scan",
+                 timeout=SCAN_TIMEOUT)
+        client = subprocess.Popen(["python3", "-c", STEPPED_CALLS, BUS_NAME, self.fs.object_path, *members],
+                                  env=self.bus.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  **as_user(self.bus.client))
+        self.stack.callback(lambda: client.poll() is None and (client.kill(), client.wait()))
+
+        def client_says(line):
+            client.stdin.write(line + "\n")
+            client.stdin.flush()
+            return json.loads(client.stdout.readline())
+
+        # Five on one connection while no step may run: the fifth is
+        # refused at once, the others wait; a Get is answered meanwhile,
+        # and one step lets none of them out.
+        self.assertEqual(client_says("exclusive 5"), ["exclusive", "org.freedesktop.DBus.Error.LimitsExceeded"])
+        self.assertEqual(client_says("get 1"), ["get", 1.0])
+        os.write(pause, b"x")
+        self.assertEqual(client_says("get 1"), ["get", 1.0])
+        os.close(pause)
+        pause = -1
+        for _ in range(4):
+            self.assertEqual(client_says("wait"), ["exclusive", truth])
+        steps = [int(n) for n in re.findall(r"GetExclusiveBytes of 3 subvolume\(s\) answered in (\d+) step",
+                                             self.daemon.log())]
+        self.assertEqual(len(steps), 4, self.daemon.log())
+        self.assertGreater(min(steps), 3 * STEP_FILES // 7, "not in steps of 7 extents")
+        self.assertTrue(self.daemon.alive())
+
+
+STEP_FILES = 300
+
+# A client on one connection, told on stdin what to do; it prints one
+# JSON line [kind, value or error name] per reply: "exclusive N" sends N
+# GetExclusiveBytes(members) and prints the first reply, "get 1" a
+# Get(ScanProgress) and its reply, "wait" the next reply that comes.
+STEPPED_CALLS = """
+import json, sys
+import gi
+gi.require_version("Gio", "2.0")
+from gi.repository import Gio, GLib
+name, fs, *members = sys.argv[1:]
+bus = Gio.bus_get_sync(Gio.BusType.SYSTEM)
+replies = []
+
+def answered(kind):
+    def done(conn, res):
+        try:
+            replies.append([kind, conn.call_finish(res).unpack()[0]])
+        except GLib.Error as e:
+            replies.append([kind, Gio.DBusError.get_remote_error(e)])
+    return done
+
+def next_reply():
+    while not replies:
+        GLib.MainContext.default().iteration(True)
+    print(json.dumps(replies.pop(0)), flush=True)
+
+for line in sys.stdin:
+    what, *n = line.split()
+    if what == "exclusive":
+        for _ in range(int(n[0])):
+            bus.call(name, fs, "org.subvold.Subvold1.Filesystem", "GetExclusiveBytes",
+                     GLib.Variant("(ao)", (members,)), GLib.VariantType("(t)"), Gio.DBusCallFlags.NONE, 120000,
+                     None, answered("exclusive"))
+    elif what == "get":
+        bus.call(name, fs, "org.freedesktop.DBus.Properties", "Get",
+                 GLib.Variant("(ss)", ("org.subvold.Subvold1.Filesystem", "ScanProgress")), None,
+                 Gio.DBusCallFlags.NONE, 120000, None, answered("get"))
+    next_reply()
+"""
 
 LARGE_SET_CALL = """
 import sys, dbus

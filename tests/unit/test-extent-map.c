@@ -227,6 +227,111 @@ static void test_packed_checked(void) {
         extent_map_done(&m);
 }
 
+/* A query run in steps gives the answer the test computes from the lists
+ * it made, whatever the step size, and the answer of the map as it is
+ * at the end when the map changes between steps. */
+#define Q_USERS 24
+#define Q_EXTENTS 600
+
+static bool q_refers[Q_USERS][Q_EXTENTS];
+
+static uint64_t q_size(size_t e) {
+        return (e % 7 + 1) * K;
+}
+
+static void q_set_user(ExtentMap *m, GRand *rand, size_t u) {
+        DataExtent *list = calloc(Q_EXTENTS, sizeof(DataExtent));
+        size_t n = 0;
+
+        for (size_t e = 0; e < Q_EXTENTS; e++) {
+                /* Neighbours share: a snapshot family of sorts. */
+                q_refers[u][e] = g_rand_int_range(rand, 0, 4) == 0;
+                if (q_refers[u][e])
+                        list[n++] = (DataExtent) { .bytenr = (e + 1) * K, .bytes = q_size(e), .ram_bytes = q_size(e) };
+        }
+        g_assert_cmpint(extent_map_set_user(m, 256 + u, 1, 1, 1, 0, list, n), ==, 0);
+}
+
+static uint64_t q_truth(const bool in_set[Q_USERS]) {
+        uint64_t bytes = 0;
+
+        for (size_t e = 0; e < Q_EXTENTS; e++) {
+                bool inside = false, outside = false;
+                for (size_t u = 0; u < Q_USERS; u++)
+                        if (q_refers[u][e])
+                                *(in_set[u] ? &inside : &outside) = true;
+                if (inside && !outside)
+                        bytes += q_size(e);
+        }
+        return bytes;
+}
+
+static void test_query_in_steps(void) {
+        static const size_t budgets[] = { 1, 7, 16, 17, 100, SIZE_MAX };
+        GRand *rand = g_rand_new_with_seed(15);
+        ExtentMap m = {};
+
+        for (size_t u = 0; u < Q_USERS; u++)
+                q_set_user(&m, rand, u);
+        for (unsigned round = 0; round < 200; round++) {
+                bool in_set[Q_USERS] = {};
+                uint64_t ids[Q_USERS], bytes = UINT64_MAX;
+                size_t n = 0, budget = budgets[round % G_N_ELEMENTS(budgets)];
+                ExtentQuery q = { .ids = ids };
+                int r;
+
+                for (size_t u = 0; u < Q_USERS; u++)
+                        if (g_rand_int_range(rand, 0, 3) == 0) {
+                                in_set[u] = true;
+                                ids[n++] = 256 + u;
+                        }
+                q.n = n;
+                bool change = round % 3 == 0 && budget < 100;
+                unsigned steps = 0;
+                while ((r = extent_query_step(&m, &q, budget, &bytes)) == 0) {
+                        /* Once, midway: a user read again. */
+                        if (change && ++steps == 5) {
+                                q_set_user(&m, rand, (size_t) g_rand_int_range(rand, 0, Q_USERS));
+                                change = false;
+                        }
+                }
+                g_assert_cmpint(r, ==, 1);
+                g_assert_cmpuint(bytes, ==, q_truth(in_set));
+                if (round % 3 == 0 && budget < 100 && steps >= 5)
+                        g_assert_cmpuint(q.restarts, ==, 1);
+                extent_query_done(&m, &q);
+                g_assert_null(m.query);
+        }
+        /* Two queries in turn: each takes the counts from the other and
+         * starts over; both answers stay right. */
+        uint64_t a_ids[] = { 256, 257, 258 }, b_ids[] = { 259, 260 }, a = 0, b = 0;
+        bool a_set[Q_USERS] = { true, true, true }, b_set[Q_USERS] = { [3] = true, [4] = true };
+        ExtentQuery qa = { .ids = a_ids, .n = 3 }, qb = { .ids = b_ids, .n = 2 };
+        g_assert_cmpint(extent_query_step(&m, &qa, 50, &a), ==, 0);
+        g_assert_cmpint(extent_query_step(&m, &qb, 50, &b), ==, 0);
+        g_assert_cmpint(extent_query_step(&m, &qa, SIZE_MAX, &a), ==, 1);
+        g_assert_cmpint(extent_query_step(&m, &qb, SIZE_MAX, &b), ==, 1);
+        g_assert_cmpuint(a, ==, q_truth(a_set));
+        g_assert_cmpuint(b, ==, q_truth(b_set));
+        g_assert_cmpuint(qa.restarts, ==, 1);
+        g_assert_cmpuint(qb.restarts, ==, 1);
+        extent_query_done(&m, &qa);
+        extent_query_done(&m, &qb);
+        /* A member that is not in the map; its counts go back. */
+        uint64_t gone_ids[] = { 256, 999 };
+        ExtentQuery gone = { .ids = gone_ids, .n = 2 };
+        g_assert_cmpint(extent_query_step(&m, &gone, SIZE_MAX, &a), ==, -ENOENT);
+        extent_query_done(&m, &gone);
+        g_assert_cmpint(extent_query_step(&m, &qa, SIZE_MAX, &a), ==, 1);
+        g_assert_cmpuint(a, ==, q_truth(a_set));
+        extent_query_done(&m, &qa);
+        /* The map freed under a query that is not over. */
+        g_assert_cmpint(extent_query_step(&m, &qb, 10, &b), ==, 0);
+        extent_map_done(&m);
+        extent_query_done(NULL, &qb);
+        g_rand_free(rand);
+}
+
 int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/extent-map/sharing", test_sharing);
@@ -236,5 +341,6 @@ int main(int argc, char *argv[]) {
         g_test_add_func("/extent-map/user-order", test_user_order);
         g_test_add_func("/extent-map/packing", test_packing);
         g_test_add_func("/extent-map/packed-checked", test_packed_checked);
+        g_test_add_func("/extent-map/query-in-steps", test_query_in_steps);
         return g_test_run();
 }
