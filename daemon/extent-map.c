@@ -6,12 +6,38 @@ struct ExtentSlot {
         uint64_t bytenr;         /* 0: empty (no data extent lives at 0) */
         uint64_t bytes;
         uint64_t id_sum;         /* sum of the referring subvolumes' ids */
+        uint64_t family_sum, family_squares;  /* of their family indexes: see ExtentFamily */
         uint32_t users;
-        /* Scratch for extent_map_exclusive_of(), 0 between calls; it
-         * fills the padding, so it costs no memory. */
+        /* Scratch for extent queries, 0 between them; it fills the
+         * padding, so it costs no memory. */
         uint32_t mark;
 };
-_Static_assert(sizeof(struct ExtentSlot) == 32, "the scratch counter must not grow the table");
+_Static_assert(sizeof(struct ExtentSlot) == 48, "the scratch counter must not grow the table");
+
+struct ExtentFamilyKey {
+        uint64_t source;
+        uint32_t index;
+};
+
+/* The family all referrers of @s are in, or 0. */
+static uint32_t slot_family(const struct ExtentSlot *s) {
+        uint64_t f;
+
+        if (s->users == 0 || s->family_sum % s->users != 0)
+                return 0;
+        f = s->family_sum / s->users;
+        return f != 0 && s->family_squares == f * f * s->users ? (uint32_t) f : 0;
+}
+
+/* The slot's family went from @before to @after: its bytes move. */
+static void family_move(ExtentMap *m, const struct ExtentSlot *s, uint32_t before, uint32_t after) {
+        if (before == after)
+                return;
+        if (before)
+                m->families[before].exclusive -= s->bytes;
+        if (after)
+                m->families[after].exclusive += s->bytes;
+}
 
 static size_t slot_index(const ExtentMap *m, uint64_t bytenr) {
         /* Fibonacci hashing of the byte number; extents are 4 KiB aligned. */
@@ -222,9 +248,13 @@ static int ref_add(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
                 size_t i = slot_index(m, e->bytenr);
                 while (m->slots[i].bytenr != 0)
                         i = (i + 1) & (m->n_slots - 1);
-                m->slots[i] = (struct ExtentSlot) { .bytenr = e->bytenr, .bytes = e->bytes, .id_sum = u->id, .users = 1 };
+                s = &m->slots[i];
+                *s = (struct ExtentSlot) { .bytenr = e->bytenr, .bytes = e->bytes, .id_sum = u->id, .users = 1,
+                                           .family_sum = u->family,
+                                           .family_squares = (uint64_t) u->family * u->family };
                 m->n_used++;
                 u->exclusive += e->bytes;
+                family_move(m, s, 0, slot_family(s));
                 return 0;
         }
         if (s->users == 1) {
@@ -232,8 +262,12 @@ static int ref_add(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
                 if (owner)
                         owner->exclusive -= s->bytes;
         }
+        uint32_t before = slot_family(s);
         s->users++;
         s->id_sum += u->id;
+        s->family_sum += u->family;
+        s->family_squares += (uint64_t) u->family * u->family;
+        family_move(m, s, before, slot_family(s));
         return 0;
 }
 
@@ -245,8 +279,12 @@ static void ref_remove(ExtentMap *m, ExtentUser *u, const DataExtent *e) {
         u->logical_referenced -= e->ram_bytes;
         if (!s)
                 return;
+        uint32_t before = slot_family(s);
         s->users--;
         s->id_sum -= u->id;
+        s->family_sum -= u->family;
+        s->family_squares -= (uint64_t) u->family * u->family;
+        family_move(m, s, before, slot_family(s));
         if (s->users == 0) {
                 u->exclusive -= s->bytes;
                 slot_delete(m, s);
@@ -262,6 +300,8 @@ static ExtentUser *user_get(ExtentMap *m, uint64_t id) {
 
         if (i < m->n_users && m->users[i].id == id)
                 return &m->users[i];
+        if (m->n_users + 1 >= EXTENT_USERS_MAX)
+                return NULL;  /* the family sums would not be exact */
         if (grow_array(&m->users, &m->allocated_users, m->n_users + 1, sizeof(ExtentUser)) < 0)
                 return NULL;
         /* Inserted in place; ids mostly come in ascending order, so this
@@ -319,6 +359,7 @@ static int set_user(ExtentMap *m, uint64_t id, uint64_t generation, uint64_t cha
         u->packed = packed;
         u->packed_size = packed_size;
         u->n_extents = n_extents;
+        u->list_version = ++m->list_versions;
         m->packed_bytes += packed_size;
         u->generation = generation;
         u->change_generation = change_generation;
@@ -351,6 +392,116 @@ int extent_map_set_user_packed(ExtentMap *m, uint64_t id, uint64_t generation, u
         return set_user(m, id, generation, change_generation, inodes, scanned_usec, packed, packed_size, n_extents);
 }
 
+/* ---- families ---- */
+
+static size_t family_key_index(const ExtentMap *m, uint64_t source) {
+        return sorted_lower_bound(m->family_keys, m->n_family_keys, sizeof(struct ExtentFamilyKey),
+                                  offsetof(struct ExtentFamilyKey, source), source);
+}
+
+static uint32_t family_find(const ExtentMap *m, uint64_t source) {
+        size_t i = family_key_index(m, source);
+
+        return i < m->n_family_keys && m->family_keys[i].source == source ? m->family_keys[i].index : 0;
+}
+
+/* The index of @source's family, made if it has none: 0 on error. */
+static uint32_t family_get(ExtentMap *m, uint64_t source, int *error) {
+        size_t i = family_key_index(m, source);
+        uint32_t index;
+
+        if (i < m->n_family_keys && m->family_keys[i].source == source)
+                return m->family_keys[i].index;
+        if (grow_array(&m->family_keys, &m->allocated_family_keys, m->n_family_keys + 1,
+                       sizeof(struct ExtentFamilyKey)) < 0) {
+                *error = -ENOMEM;
+                return 0;
+        }
+        if (m->n_free_families > 0)
+                index = m->free_families[--m->n_free_families];
+        else {
+                if (m->n_families == 0)
+                        m->n_families = 1;  /* index 0 is no family */
+                if (m->n_families >= EXTENT_FAMILIES_MAX) {
+                        *error = -E2BIG;
+                        return 0;
+                }
+                if (grow_array(&m->families, &m->allocated_families, m->n_families + 1, sizeof(ExtentFamily)) < 0) {
+                        *error = -ENOMEM;
+                        return 0;
+                }
+                index = (uint32_t) m->n_families++;
+        }
+        m->families[index] = (ExtentFamily) { .source = source };
+        memmove(m->family_keys + i + 1, m->family_keys + i, (m->n_family_keys - i) * sizeof(struct ExtentFamilyKey));
+        m->family_keys[i] = (struct ExtentFamilyKey) { source, index };
+        m->n_family_keys++;
+        return index;
+}
+
+/* One member fewer in family @index; the last one lets the index go. */
+static void family_leave(ExtentMap *m, uint32_t index) {
+        size_t i;
+
+        if (index == 0 || --m->families[index].members > 0)
+                return;
+        /* No member, so no extent of its own left: exclusive is 0. */
+        i = family_key_index(m, m->families[index].source);
+        memmove(m->family_keys + i, m->family_keys + i + 1, (m->n_family_keys - i - 1) * sizeof(struct ExtentFamilyKey));
+        m->n_family_keys--;
+        m->families[index] = (ExtentFamily) {};
+        /* Room for it was there: at most as many free as families made. */
+        if (grow_array(&m->free_families, &m->allocated_free_families, m->n_free_families + 1, sizeof(uint32_t)) >= 0)
+                m->free_families[m->n_free_families++] = index;
+}
+
+/* Moves every reference of @u from its family to family @to. */
+static void user_refamily(ExtentMap *m, ExtentUser *u, uint32_t to) {
+        uint64_t from = u->family;
+        ExtentIter it = extent_iter(u);
+        DataExtent e;
+
+        while (extent_iter_next(&it, &e)) {
+                struct ExtentSlot *s = slot_find(m, e.bytenr);
+                uint32_t before;
+
+                if (!s)
+                        continue;
+                before = slot_family(s);
+                s->family_sum += (uint64_t) to - from;
+                s->family_squares += (uint64_t) to * to - from * from;
+                family_move(m, s, before, slot_family(s));
+        }
+        u->family = to;
+}
+
+int extent_map_set_family(ExtentMap *m, uint64_t id, uint64_t source) {
+        ExtentUser *u = find_user(m, id);
+        uint32_t index = 0;
+        int r = 0;
+
+        if (!u || u->family_source == source)
+                return 0;
+        if (source != 0) {
+                index = family_get(m, source, &r);
+                if (index == 0)
+                        source = 0;  /* in none, rather than in a wrong one */
+                else
+                        m->families[index].members++;
+        }
+        uint32_t old = u->family;
+        user_refamily(m, u, index);
+        u->family_source = source;
+        family_leave(m, old);
+        return r < 0 ? r : 1;
+}
+
+uint64_t extent_map_family_exclusive(const ExtentMap *m, uint64_t source) {
+        uint32_t index = family_find(m, source);
+
+        return index ? m->families[index].exclusive : 0;
+}
+
 void extent_map_remove_user(ExtentMap *m, uint64_t id) {
         ExtentUser *u = find_user(m, id);
 
@@ -358,6 +509,7 @@ void extent_map_remove_user(ExtentMap *m, uint64_t id) {
                 return;
         query_evict(m);
         user_clear(m, u);
+        family_leave(m, u->family);
         memmove(u, u + 1, (size_t) (m->users + m->n_users - (u + 1)) * sizeof(ExtentUser));
         m->n_users--;
 }
@@ -381,7 +533,10 @@ size_t extent_map_growth(const ExtentMap *m, uint64_t id, const DataExtent *exte
 }
 
 size_t extent_map_memory(const ExtentMap *m) {
-        return m->n_slots * sizeof(struct ExtentSlot) + m->allocated_users * sizeof(ExtentUser) + m->packed_bytes;
+        return m->n_slots * sizeof(struct ExtentSlot) + m->allocated_users * sizeof(ExtentUser) + m->packed_bytes +
+               m->allocated_families * sizeof(ExtentFamily) +
+               m->allocated_family_keys * sizeof(struct ExtentFamilyKey) +
+               m->allocated_free_families * sizeof(uint32_t);
 }
 
 /* ---- space of sets ---- */
@@ -505,5 +660,8 @@ void extent_map_done(ExtentMap *m) {
                 free(m->users[i].packed);
         free(m->users);
         free(m->slots);
+        free(m->families);
+        free(m->family_keys);
+        free(m->free_families);
         *m = (ExtentMap) {};
 }

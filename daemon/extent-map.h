@@ -40,10 +40,35 @@ typedef struct ExtentUser {
          * scan cache's format. */
         uint8_t *packed;
         size_t packed_size, n_extents;
-        /* Figures about its snapshots, derived by the scanner (not kept
-         * in the scan cache); UINT64_MAX until then. */
+        /* The family it belongs to as a snapshot: the index in the map's
+         * families of its source's (0: none), and that source's id. */
+        uint32_t family;
+        uint64_t family_source;
+        uint64_t list_version;   /* moves whenever its extents are set */
+        /* Figures about its snapshots as of the last complete state
+         * (scanner.c), not kept in the scan cache; UINT64_MAX until then.
+         * written is against written_since, as of both lists' versions. */
         uint64_t written, snapshots_exclusive;
+        uint64_t written_since, written_version, written_since_version;
 } ExtentUser;
+
+/* The snapshots of one source subvolume (those whose ParentUuid is its
+ * Uuid), and the bytes of the extents that only they refer to: its
+ * SnapshotsExclusiveBytes, kept up to date with every reference that
+ * comes or goes, as exclusive bytes are.  Each extent's slot keeps the
+ * sum and the sum of squares of its referrers' family indexes: all of
+ * them are in family F exactly when the sum is users * F and the sum of
+ * squares users * F * F (the squared deviations from F sum to 0), exact
+ * while users * F * F fits 64 bits: below EXTENT_FAMILIES_MAX families and
+ * EXTENT_USERS_MAX users per map; past that the figures are unknown. */
+#define EXTENT_FAMILIES_MAX (1u << 20)
+#define EXTENT_USERS_MAX (1u << 24)
+
+typedef struct ExtentFamily {
+        uint64_t source;         /* the source's id; 0: a free index */
+        uint64_t members;
+        uint64_t exclusive;
+} ExtentFamily;
 
 typedef struct ExtentQuery ExtentQuery;
 
@@ -54,6 +79,13 @@ typedef struct ExtentMap {
         size_t n_users, allocated_users;
         size_t packed_bytes;        /* of all users' packed extents */
         ExtentQuery *query;         /* the one whose counts are in the table now */
+        ExtentFamily *families;     /* by index; [0] unused */
+        size_t n_families, allocated_families;
+        struct ExtentFamilyKey *family_keys;  /* source -> index, sorted by source */
+        size_t n_family_keys, allocated_family_keys;
+        uint32_t *free_families;    /* indexes to give again */
+        size_t n_free_families, allocated_free_families;
+        uint64_t list_versions;     /* the last ExtentUser.list_version given */
 } ExtentMap;
 
 void extent_map_done(ExtentMap *m);
@@ -84,6 +116,17 @@ static inline ExtentIter extent_iter(const ExtentUser *u) {
 
 /* The next extent into *@ret; false at the end or at bad data. */
 bool extent_iter_next(ExtentIter *it, DataExtent *ret);
+
+/* Makes user @id a snapshot of subvolume @source (0: of none that is
+ * measured): O(its extents) when that changes, O(log users) otherwise.
+ * Returns 1 when it moved, 0 when it was in that family already (or is
+ * no user), or -ENOMEM / -E2BIG (more families than the sums allow): then
+ * it is in no family. */
+int extent_map_set_family(ExtentMap *m, uint64_t id, uint64_t source);
+
+/* What deleting every snapshot of @source would free (its family's
+ * exclusive bytes); 0 when it has none in the map. */
+uint64_t extent_map_family_exclusive(const ExtentMap *m, uint64_t source);
 
 /* Forgets subvolume @id (deleted): its extents stop counting. */
 void extent_map_remove_user(ExtentMap *m, uint64_t id);

@@ -866,42 +866,63 @@ static int cmp_link(const void *a, const void *b) {
                x->snapshot < y->snapshot ? -1 : x->snapshot > y->snapshot;
 }
 
+/* Puts every measured subvolume of @fs into the family of its snapshot
+ * source in the map of @f: O(subvolumes) when nothing changed, plus the
+ * extents of each one that moved. */
+static void scan_fs_set_families(ScanFs *f, const Filesystem *fs) {
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                const Subvolume *sv = &fs->subvolumes[i];
+
+                /* On failure it is in no family, and its source's figure
+                 * unknown (scan_fs_derive() checks). */
+                if (extent_map_set_family(&f->cached.map, sv->id, sv->snapshot_source ? sv->snapshot_source->id : 0) != 0)
+                        f->derived_stale = true;
+        }
+}
+
 /* Derives every subvolume's WrittenBytes and SnapshotsExclusiveBytes from
- * the map of @f (complete for @fs) and the snapshot links of @fs.  A
- * merge walk of each source's list with its newest snapshot's, and a walk
- * of the lists of each source's snapshots with a table lookup per extent:
- * O(references in the map), each list walked at most twice.  Run when
- * the map changed and every subvolume is measured: once per scan run, not
- * per tree read. */
+ * the map of @f (complete for @fs) and the snapshot links of @fs.  The
+ * map keeps each family's exclusive bytes with every reference that
+ * comes or goes (extent-map.h); WrittenBytes is a merge walk of a
+ * subvolume's list with its newest snapshot's, done again only when one
+ * of the two lists, or which snapshot is the newest, changed.  So
+ * O(subvolumes) plus what changed, not O(references).  Run when the map
+ * changed and every subvolume is measured: the figures are those of one
+ * complete state. */
 static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
         _cleanup_free_ SnapshotLink *links = NULL;
-        _cleanup_free_ const ExtentUser **set = NULL;
+        _cleanup_free_ bool *has_snapshots = NULL;
         ExtentMap *map = &f->cached.map;
         size_t n = 0;
 
         links = calloc(fs->n_subvolumes ?: 1, sizeof(SnapshotLink));
-        set = calloc(fs->n_subvolumes ?: 1, sizeof(ExtentUser *));
-        if (!links || !set)
+        has_snapshots = calloc(fs->n_subvolumes ?: 1, sizeof(bool));
+        if (!links || !has_snapshots)
                 return -ENOMEM;
         for (size_t i = 0; i < fs->n_subvolumes; i++) {
                 const Subvolume *sv = &fs->subvolumes[i];
-                ExtentUser *u = (ExtentUser *) extent_map_find_user(map, sv->id);
+
+                if (!sv->snapshot_source)
+                        continue;
+                links[n] = (SnapshotLink) { (size_t) (sv->snapshot_source - fs->subvolumes), i };
+                has_snapshots[links[n++].source] = true;
+        }
+        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+                ExtentUser *u = (ExtentUser *) extent_map_find_user(map, fs->subvolumes[i].id);
 
                 /* No snapshot: all it references is written since, and
                  * no snapshot of it costs anything. */
-                if (u) {
+                if (u && !has_snapshots[i]) {
                         u->written = u->referenced;
+                        u->written_since = 0;
                         u->snapshots_exclusive = 0;
                 }
-                if (sv->snapshot_source)
-                        links[n++] = (SnapshotLink) { (size_t) (sv->snapshot_source - fs->subvolumes), i };
         }
         qsort(links, n, sizeof(SnapshotLink), cmp_link);
         for (size_t i = 0, end; i < n; i = end) {
                 const Subvolume *source = &fs->subvolumes[links[i].source], *newest = NULL;
                 ExtentUser *u = (ExtentUser *) extent_map_find_user(map, source->id);
                 const ExtentUser *newest_user;
-                size_t n_set = 0;
                 bool complete = true;
 
                 for (end = i; end < n && links[end].source == links[i].source; end++) {
@@ -913,17 +934,24 @@ static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
                         if (!newest || snapshot->creation_generation > newest->creation_generation ||
                             (snapshot->creation_generation == newest->creation_generation && snapshot->id > newest->id))
                                 newest = snapshot;
-                        if (su)
-                                set[n_set++] = su;
-                        else
-                                complete = false;
+                        if (!su || su->family_source != source->id)
+                                complete = false;  /* not measured, or in no family (see above) */
                 }
                 if (!u)
                         continue;
                 newest_user = extent_map_find_user(map, newest->id);
-                u->written = newest_user ? extent_map_written_since(u, newest_user) : UINT64_MAX;
-                if (!complete || extent_map_exclusive_of(map, set, n_set, &u->snapshots_exclusive) < 0)
-                        u->snapshots_exclusive = UINT64_MAX;
+                if (!newest_user) {
+                        u->written = UINT64_MAX;
+                        u->written_since = 0;
+                } else if (u->written_since != newest->id || u->written_version != u->list_version ||
+                           u->written_since_version != newest_user->list_version) {
+                        /* Otherwise both lists are as they were: the figure stays. */
+                        u->written = extent_map_written_since(u, newest_user);
+                        u->written_since = newest->id;
+                        u->written_version = u->list_version;
+                        u->written_since_version = newest_user->list_version;
+                }
+                u->snapshots_exclusive = complete ? extent_map_family_exclusive(map, source->id) : UINT64_MAX;
         }
         f->derived_stale = false;
         return 0;
@@ -1028,9 +1056,10 @@ bool scanner_update(Scanner *s, Model *model) {
                                 job_add(&new, mount, model, fs, f, sv);
                 }
                 fs->scan_progress = fs->n_subvolumes ? (double) done / (double) fs->n_subvolumes : 1.0;
-                /* Until every subvolume is measured (or failed: it is not
-                 * read before it changes), the figures of the last
-                 * complete state stay. */
+                /* Until every subvolume is measured (or failed: read
+                 * again when it changes or its retry is due), the figures
+                 * of the last complete state stay. */
+                scan_fs_set_families(f, fs);
                 if (done + failed == fs->n_subvolumes && f->derived_stale && scan_fs_derive(f, fs) < 0)
                         log_warning("Out of memory deriving the snapshot figures; tried again with the next update.");
                 for (size_t j = 0; j < fs->n_subvolumes; j++) {

@@ -70,6 +70,16 @@ MUTATIONS = {
         "        query_evict(m);  /* before anything moves */\n",
         "",
         ["test-extent-map"]),
+    "family-sum-without-squares": (
+        "daemon/extent-map.c",
+        "return f != 0 && s->family_squares == f * f * s->users ? (uint32_t) f : 0;",
+        "return f != 0 ? (uint32_t) f : 0;",
+        ["test-extent-map"]),
+    "refamily-moves-no-bytes": (
+        "daemon/extent-map.c",
+        "                s->family_squares += (uint64_t) to * to - from * from;\n                family_move(m, s, before, slot_family(s));",
+        "                s->family_squares += (uint64_t) to * to - from * from;\n                (void) before;",
+        ["test-extent-map", "test_space"]),
     "set-limit-off-by-one": (
         "daemon/bus-objects.c",
         "if (n == GET_EXCLUSIVE_BYTES_MAX)",

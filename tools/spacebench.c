@@ -9,9 +9,14 @@
  *                    answers it, and its longest step (step_max): how long
  *                    other calls may wait behind it
  *   written_since    GetWrittenSince of the subvolume and its newest snapshot
- *   delete_update    one snapshot deleted: the map updated and the
- *                    subvolume's WrittenBytes and SnapshotsExclusiveBytes
- *                    derived again (what scanner.c does then)
+ *   delete_update    one snapshot deleted: the map updated (each family's
+ *                    exclusive bytes with it) and the subvolume's
+ *                    SnapshotsExclusiveBytes read (what scanner.c does
+ *                    then; its WrittenBytes stays, the newest snapshot
+ *                    being the same)
+ *   rescan_update    one snapshot's tree read again (its list set anew)
+ *   derive_whole_ms  for comparison, deriving SnapshotsExclusiveBytes
+ *                    from scratch as before: a query over the family
  * Prints: <name>_ms=<milliseconds> ... */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +63,8 @@ static void build(ExtentMap *m) {
                         e[i] = (DataExtent) { .bytenr = (first + i + 1) * 8192, .bytes = 4096 };
                 for (size_t i = 0; i < OWN; i++)
                         e[SHARED + i] = (DataExtent) { .bytenr = (SOURCE_EXTENTS + 1 + s * OWN + i) * 8192, .bytes = 4096 };
-                if (extent_map_set_user(m, 257 + s, 1, 1, 1, 0, e, SHARED + OWN) < 0)
+                if (extent_map_set_user(m, 257 + s, 1, 1, 1, 0, e, SHARED + OWN) < 0 ||
+                    extent_map_set_family(m, 257 + s, 256) < 0)
                         exit(1);
         }
 }
@@ -68,7 +74,8 @@ static double best(double a, double b) {
 }
 
 int main(void) {
-        double exclusive_half = 1e9, stepped_half = 1e9, step_max = 1e9, written_since = 1e9, delete_update = 1e9;
+        double exclusive_half = 1e9, stepped_half = 1e9, step_max = 1e9, written_since = 1e9, delete_update = 1e9,
+               rescan_update = 1e9, derive_whole = 1e9;
         static uint64_t ids[SNAPSHOTS];
         static const ExtentUser *set[SNAPSHOTS];
         uint64_t bytes;
@@ -112,18 +119,37 @@ int main(void) {
                 written_since = best(written_since, now_ms() - t);
 
                 t = now_ms();
-                extent_map_remove_user(&m, 257);
-                source = extent_map_find_user(&m, 256);
                 n = 0;
                 for (size_t s = 1; s < SNAPSHOTS; s++)
                         set[n++] = extent_map_find_user(&m, 257 + s);
-                bytes = extent_map_written_since(source, set[n - 1]);
                 if (extent_map_exclusive_of(&m, set, n, &bytes) < 0)
                         return 1;
+                derive_whole = best(derive_whole, now_ms() - t);
+
+                t = now_ms();
+                extent_map_remove_user(&m, 257);
+                uint64_t family = extent_map_family_exclusive(&m, 256);
                 delete_update = best(delete_update, now_ms() - t);
+                if (family != bytes)
+                        return 1;  /* kept and from scratch disagree */
+
+                /* Snapshot 258 read again, as it was. */
+                const ExtentUser *u = extent_map_find_user(&m, 258);
+                DataExtent *again = extent_array(u->n_extents);
+                ExtentIter it = extent_iter(u);
+                for (size_t i = 0; extent_iter_next(&it, &again[i]); i++)
+                        ;
+                t = now_ms();
+                if (extent_map_set_user(&m, 258, 2, 2, 1, 0, again, SHARED + OWN) < 0)
+                        return 1;
+                family = extent_map_family_exclusive(&m, 256);
+                rescan_update = best(rescan_update, now_ms() - t);
+                if (family != bytes)
+                        return 1;
                 extent_map_done(&m);
         }
-        printf("exclusive_half_ms=%.1f stepped_half_ms=%.1f step_max_ms=%.2f written_since_ms=%.1f delete_update_ms=%.1f\n",
-               exclusive_half, stepped_half, step_max, written_since, delete_update);
+        printf("exclusive_half_ms=%.1f stepped_half_ms=%.1f step_max_ms=%.2f written_since_ms=%.1f delete_update_ms=%.3f "
+               "rescan_update_ms=%.3f derive_whole_ms=%.1f\n",
+               exclusive_half, stepped_half, step_max, written_since, delete_update, rescan_update, derive_whole);
         return 0;
 }

@@ -823,15 +823,15 @@ class ScanTest(ScanTestCase):
         is measured as usual."""
         fs, mnt = self.make_fs()
         subvolume_create(f"{mnt}/A")
-        for i in range(800):  # 800 extents: the map's table grows past 1024 slots of 32 bytes
+        for i in range(800):  # 800 extents: the map's table grows past 1024 slots of 48 bytes
             write_random(f"{mnt}/A/f{i}", 4 * KiB)
         small, small_mnt = self.make_fs("small")
         subvolume_create(f"{small_mnt}/A")
         write_random(f"{small_mnt}/A/f", 64 * KiB)  # one extent
-        daemon = self.start("--scan-max-memory", "40K")
+        daemon = self.start("--scan-max-memory", "60K")  # the small one: 1024 slots, 48 KiB
         usage = self.assert_scan_matches(small, small_mnt)
         self.assertEqual(usage[btrfs_rootid(f"{small_mnt}/A")], Usage(2, 64 * KiB, 64 * KiB))
-        warning = f"btrfs filesystem {fs.uuid} needs more than 40960 bytes"
+        warning = f"btrfs filesystem {fs.uuid} needs more than 61440 bytes"
         wait_for(lambda: warning in daemon.log(), "the warning", timeout=SCAN_TIMEOUT)
         self.refresh()
         published = self.published(fs)

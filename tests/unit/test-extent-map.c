@@ -121,7 +121,7 @@ static void test_growth(void) {
         g_assert_cmpint(extent_map_set_user(&m, 256, 1, 1, 1, 0, e, 800), ==, 0);
         before = extent_map_memory(&m);
         g_assert_cmpuint(m.n_slots, ==, 2048);
-        g_assert_cmpuint(growth, ==, before + 1024 * 32);
+        g_assert_cmpuint(growth, ==, before + 1024 * 48);  /* 48 bytes a slot */
         /* A snapshot: no new slot, no new user room; its list alone. */
         e = calloc(800, sizeof(DataExtent));
         for (size_t i = 0; i < 800; i++)
@@ -332,6 +332,72 @@ static void test_query_in_steps(void) {
         g_rand_free(rand);
 }
 
+/* Each family's exclusive bytes, kept with every reference, against the
+ * test's own count from the lists it made, through random churn: lists
+ * set again, users moved between families, removed and back. */
+static uint64_t q_source[Q_USERS];  /* 0: in no family */
+static bool q_present[Q_USERS];
+
+static uint64_t family_truth(uint64_t source) {
+        uint64_t bytes = 0;
+
+        for (size_t e = 0; e < Q_EXTENTS; e++) {
+                bool inside = false, outside = false;
+                for (size_t u = 0; u < Q_USERS; u++)
+                        if (q_present[u] && q_refers[u][e])
+                                *(q_source[u] == source ? &inside : &outside) = true;
+                if (inside && !outside)
+                        bytes += q_size(e);
+        }
+        return bytes;
+}
+
+static void test_families(void) {
+        GRand *rand = g_rand_new_with_seed(16);
+        ExtentMap m = {};
+
+        for (size_t u = 0; u < Q_USERS; u++) {
+                q_set_user(&m, rand, u);
+                q_present[u] = true;
+        }
+        for (unsigned round = 0; round < 2000; round++) {
+                size_t u = (size_t) g_rand_int_range(rand, 0, Q_USERS);
+
+                switch (g_rand_int_range(rand, 0, 4)) {
+                case 0:  /* read again */
+                        if (q_present[u])
+                                q_set_user(&m, rand, u);
+                        break;
+                case 1: {  /* a snapshot of one of the first four, or of none */
+                        int pick = g_rand_int_range(rand, 0, 5);
+                        uint64_t source = pick == 4 || (size_t) pick == u ? 0 : 256 + (uint64_t) pick;
+                        g_assert_cmpint(extent_map_set_family(&m, 256 + u, source), >=, 0);
+                        if (q_present[u])
+                                q_source[u] = source;
+                        break;
+                }
+                case 2:  /* deleted */
+                        extent_map_remove_user(&m, 256 + u);
+                        q_present[u] = false;
+                        q_source[u] = 0;
+                        break;
+                default:  /* created */
+                        if (!q_present[u]) {
+                                q_set_user(&m, rand, u);
+                                q_present[u] = true;
+                        }
+                }
+                for (uint64_t source = 256; source < 260; source++)
+                        g_assert_cmpuint(extent_map_family_exclusive(&m, source), ==, family_truth(source));
+        }
+        /* Everyone out of every family: nothing is left in one. */
+        for (size_t u = 0; u < Q_USERS; u++)
+                g_assert_cmpint(extent_map_set_family(&m, 256 + u, 0), >=, 0);
+        g_assert_cmpuint(m.n_family_keys, ==, 0);
+        extent_map_done(&m);
+        g_rand_free(rand);
+}
+
 int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/extent-map/sharing", test_sharing);
@@ -342,5 +408,6 @@ int main(int argc, char *argv[]) {
         g_test_add_func("/extent-map/packing", test_packing);
         g_test_add_func("/extent-map/packed-checked", test_packed_checked);
         g_test_add_func("/extent-map/query-in-steps", test_query_in_steps);
+        g_test_add_func("/extent-map/families", test_families);
         return g_test_run();
 }
