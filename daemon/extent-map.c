@@ -480,26 +480,29 @@ int extent_map_set_family(ExtentMap *m, uint64_t id, uint64_t source) {
         uint32_t index = 0;
         int r = 0;
 
-        if (!u || u->family_source == source)
+        if (!u || extent_user_family_source(m, u) == source)
                 return 0;
         if (source != 0) {
-                index = family_get(m, source, &r);
-                if (index == 0)
-                        source = 0;  /* in none, rather than in a wrong one */
-                else
+                index = family_get(m, source, &r);  /* on failure 0: in none, rather than in a wrong one */
+                if (index != 0)
                         m->families[index].members++;
         }
         uint32_t old = u->family;
         user_refamily(m, u, index);
-        u->family_source = source;
         family_leave(m, old);
         return r < 0 ? r : 1;
 }
 
-uint64_t extent_map_family_exclusive(const ExtentMap *m, uint64_t source) {
+ExtentFamily *extent_map_family(const ExtentMap *m, uint64_t source) {
         uint32_t index = family_find(m, source);
 
-        return index ? m->families[index].exclusive : 0;
+        return index ? &m->families[index] : NULL;
+}
+
+uint64_t extent_map_family_exclusive(const ExtentMap *m, uint64_t source) {
+        const ExtentFamily *f = extent_map_family(m, source);
+
+        return f ? f->exclusive : 0;
 }
 
 void extent_map_remove_user(ExtentMap *m, uint64_t id) {

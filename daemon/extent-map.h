@@ -32,6 +32,9 @@ typedef struct ExtentUser {
          * read: read again once the root tree shows a commit (its
          * fingerprint moved); see scanner.c. */
         bool tentative;
+        /* The family it belongs to as a snapshot: an index in the map's
+         * families (0: none).  Beside the bool, in what was padding. */
+        uint32_t family;
         uint64_t tentative_fingerprint;
         /* The extents, sorted by bytenr and distinct, packed: per extent
          * the distance from the previous bytenr, the size and ram_bytes
@@ -40,16 +43,10 @@ typedef struct ExtentUser {
          * scan cache's format. */
         uint8_t *packed;
         size_t packed_size, n_extents;
-        /* The family it belongs to as a snapshot: the index in the map's
-         * families of its source's (0: none), and that source's id. */
-        uint32_t family;
-        uint64_t family_source;
         uint64_t list_version;   /* moves whenever its extents are set */
         /* Figures about its snapshots as of the last complete state
-         * (scanner.c), not kept in the scan cache; UINT64_MAX until then.
-         * written is against written_since, as of both lists' versions. */
+         * (scanner.c), not kept in the scan cache; UINT64_MAX until then. */
         uint64_t written, snapshots_exclusive;
-        uint64_t written_since, written_version, written_since_version;
 } ExtentUser;
 
 /* The snapshots of one source subvolume (those whose ParentUuid is its
@@ -68,6 +65,10 @@ typedef struct ExtentFamily {
         uint64_t source;         /* the source's id; 0: a free index */
         uint64_t members;
         uint64_t exclusive;
+        /* The source's WrittenBytes as the scanner last worked it out:
+         * against snapshot written_newest, with the lists of both at
+         * these versions. */
+        uint64_t written, written_newest, written_version, written_newest_version;
 } ExtentFamily;
 
 typedef struct ExtentQuery ExtentQuery;
@@ -124,9 +125,17 @@ bool extent_iter_next(ExtentIter *it, DataExtent *ret);
  * it is in no family. */
 int extent_map_set_family(ExtentMap *m, uint64_t id, uint64_t source);
 
+/* The family of @source's snapshots; NULL when none is in the map. */
+ExtentFamily *extent_map_family(const ExtentMap *m, uint64_t source);
+
 /* What deleting every snapshot of @source would free (its family's
  * exclusive bytes); 0 when it has none in the map. */
 uint64_t extent_map_family_exclusive(const ExtentMap *m, uint64_t source);
+
+/* The source whose family @u is in, or 0. */
+static inline uint64_t extent_user_family_source(const ExtentMap *m, const ExtentUser *u) {
+        return u->family ? m->families[u->family].source : 0;
+}
 
 /* Forgets subvolume @id (deleted): its extents stop counting. */
 void extent_map_remove_user(ExtentMap *m, uint64_t id);

@@ -914,7 +914,6 @@ static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
                  * no snapshot of it costs anything. */
                 if (u && !has_snapshots[i]) {
                         u->written = u->referenced;
-                        u->written_since = 0;
                         u->snapshots_exclusive = 0;
                 }
         }
@@ -923,6 +922,7 @@ static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
                 const Subvolume *source = &fs->subvolumes[links[i].source], *newest = NULL;
                 ExtentUser *u = (ExtentUser *) extent_map_find_user(map, source->id);
                 const ExtentUser *newest_user;
+                ExtentFamily *family;
                 bool complete = true;
 
                 for (end = i; end < n && links[end].source == links[i].source; end++) {
@@ -934,22 +934,24 @@ static int scan_fs_derive(ScanFs *f, const Filesystem *fs) {
                         if (!newest || snapshot->creation_generation > newest->creation_generation ||
                             (snapshot->creation_generation == newest->creation_generation && snapshot->id > newest->id))
                                 newest = snapshot;
-                        if (!su || su->family_source != source->id)
+                        if (!su || extent_user_family_source(map, su) != source->id)
                                 complete = false;  /* not measured, or in no family (see above) */
                 }
                 if (!u)
                         continue;
                 newest_user = extent_map_find_user(map, newest->id);
-                if (!newest_user) {
+                family = extent_map_family(map, source->id);
+                if (!newest_user)
                         u->written = UINT64_MAX;
-                        u->written_since = 0;
-                } else if (u->written_since != newest->id || u->written_version != u->list_version ||
-                           u->written_since_version != newest_user->list_version) {
-                        /* Otherwise both lists are as they were: the figure stays. */
+                else if (family && family->written_newest == newest->id && family->written_version == u->list_version &&
+                         family->written_newest_version == newest_user->list_version)
+                        u->written = family->written;  /* both lists as they were */
+                else {
                         u->written = extent_map_written_since(u, newest_user);
-                        u->written_since = newest->id;
-                        u->written_version = u->list_version;
-                        u->written_since_version = newest_user->list_version;
+                        if (family)
+                                *family = (ExtentFamily) { family->source, family->members, family->exclusive,
+                                                           u->written, newest->id, u->list_version,
+                                                           newest_user->list_version };
                 }
                 u->snapshots_exclusive = complete ? extent_map_family_exclusive(map, source->id) : UINT64_MAX;
         }

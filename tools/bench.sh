@@ -6,7 +6,10 @@
 # usage: sudo tools/bench.sh [N ...]                 (default: 100 1000 10000)
 # env:   SUBVOLD_BUILD  meson build dir with daemon/subvold; when unset,
 #                       <repo>/build is set up and compiled
-#        SUBVOLD_ARGS   extra daemon arguments (e.g. --mountinfo)
+#        SUBVOLD_ARGS   extra daemon arguments (e.g. --mountinfo); subvold
+#                       always gets --max-message-size=32M, dbus-daemon's own
+#                       limit, or GetManagedObjects at 10,000 subvolumes
+#                       (a reply estimated at up to 21 MB) is refused
 #        RESULTS        output dir (default: <build>/bench-results/<time>)
 #        PIN_CPU=0      CPU for the Get/GetId calls ("" = no pinning)
 #        STARTS=3 GMO_CALLS=20 GET_CALLS=1000 RUNS=10 WARMUP=3 IMG_SIZE=4G
@@ -27,7 +30,7 @@ NS=("$@"); [ ${#NS[@]} -gt 0 ] || NS=(100 1000 10000)
 STARTS=${STARTS:-3} GMO_CALLS=${GMO_CALLS:-20} GET_CALLS=${GET_CALLS:-1000}
 RUNS=${RUNS:-10} WARMUP=${WARMUP:-3} IMG_SIZE=${IMG_SIZE:-4G} PIN_CPU=${PIN_CPU-0}
 IDLE_N=${IDLE_N:-1000} IDLE_SEC=${IDLE_SEC:-60} FILES=${FILES:-100000}
-read -ra DAEMON_ARGS <<<"${SUBVOLD_ARGS:-}"
+read -ra DAEMON_ARGS <<<"--max-message-size=32M ${SUBVOLD_ARGS:-}"
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }

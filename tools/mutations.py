@@ -80,6 +80,12 @@ MUTATIONS = {
         "                s->family_squares += (uint64_t) to * to - from * from;\n                family_move(m, s, before, slot_family(s));",
         "                s->family_squares += (uint64_t) to * to - from * from;\n                (void) before;",
         ["test-extent-map", "test_space"]),
+    "written-kept-when-a-list-changed": (
+        "daemon/scanner.c",
+        "family && family->written_newest == newest->id && family->written_version == u->list_version &&\n"
+        "                         family->written_newest_version == newest_user->list_version)",
+        "family && family->written_newest == newest->id)",
+        ["test_space"]),
     "set-limit-off-by-one": (
         "daemon/bus-objects.c",
         "if (n == GET_EXCLUSIVE_BYTES_MAX)",

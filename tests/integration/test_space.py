@@ -174,17 +174,19 @@ class SpaceTest(ScanTestCase):
         self.assertEqual((int(total[3]), int(total[2])),
                          (got, self.bus.get(self.obj(v), SUBVOLUME_IFACE, "ReferencedBytes")))
 
-        # A further change: e only in S2 now, c no longer in W.
+        # A further change: e only in S2 now, c no longer in W, and n new
+        # in V (written since S2, the newest snapshot still).
         os.unlink(f"{m}/V/e")
         os.unlink(f"{m}/W/c")
-        want = self.check(v, [s1, s2], [w], {(s2,): MiB, (s1, s2): 4 * MiB, (v, s1, s2): 8 * MiB + z})
-        self.assertEqual(want[v], (2 * MiB, 4 * MiB))
+        write_random(f"{m}/V/n", MiB)
+        want = self.check(v, [s1, s2], [w], {(s2,): MiB, (s1, s2): 4 * MiB, (v, s1, s2): 9 * MiB + z})
+        self.assertEqual(want[v], (3 * MiB, 4 * MiB))
 
         # S1 deleted: a and b are gone, S2 is the only snapshot.
         run("btrfs", "subvolume", "delete", f"{m}/S1")
         run("btrfs", "subvolume", "sync", m)
-        want = self.check(v, [s2], [w], {(s2,): 2 * MiB, (v, s2): 6 * MiB + z, ("written", s2): 2 * MiB})
-        self.assertEqual(want[v], (2 * MiB, 2 * MiB))
+        want = self.check(v, [s2], [w], {(s2,): 2 * MiB, (v, s2): 7 * MiB + z, ("written", s2): 3 * MiB})
+        self.assertEqual(want[v], (3 * MiB, 2 * MiB))
 
         # U is read-only and shares all it has with W: deleting its
         # snapshot T changes none of its own figures but these two, which
