@@ -26,7 +26,9 @@ struct BusSpace {
         /* Test only (SUBVOLD_TEST_SPACE_PAUSE_FD): the read end of a pipe;
          * each byte read lets one step run, its end lets them all. */
         int pause_fd;
-        ExclusiveCall *calls;    /* in the order they came: calls[0] is worked on */
+        /* In the order they came: calls[0] is worked on.  Each on its
+         * own: the map holds a pointer to the query of the first. */
+        ExclusiveCall **calls;
         size_t n_calls, allocated_calls;
 };
 
@@ -47,8 +49,10 @@ static void call_done(BusSpace *b, ExclusiveCall *c) {
 BusSpace *bus_space_free(BusSpace *b) {
         if (!b)
                 return NULL;
-        for (size_t i = 0; i < b->n_calls; i++)
-                call_done(b, &b->calls[i]);
+        for (size_t i = 0; i < b->n_calls; i++) {
+                call_done(b, b->calls[i]);
+                free(b->calls[i]);
+        }
         free(b->calls);
         sd_event_source_disable_unref(b->step);
         closep(&b->pause_fd);
@@ -59,7 +63,7 @@ BusSpace *bus_space_free(BusSpace *b) {
 /* Works on the first call for one step; answers it when it is over. */
 static int on_step(sd_event_source *source, void *userdata) {
         BusSpace *b = userdata;
-        ExclusiveCall *c = &b->calls[0];
+        ExclusiveCall *c = b->calls[0];
         ExtentMap *map = call_map(b, c);
         uint64_t bytes = UINT64_MAX;
         int r;
@@ -86,7 +90,8 @@ static int on_step(sd_event_source *source, void *userdata) {
         if (r < 0)
                 log_debug_errno(r, "Cannot answer GetExclusiveBytes: %m");
         call_done(b, c);
-        memmove(b->calls, b->calls + 1, --b->n_calls * sizeof(ExclusiveCall));
+        free(c);
+        memmove(b->calls, b->calls + 1, --b->n_calls * sizeof(ExclusiveCall *));
         if (b->n_calls == 0)
                 return sd_event_source_set_enabled(source, SD_EVENT_OFF);
         return 0;
@@ -143,7 +148,7 @@ int bus_space_exclusive_bytes(BusSpace *b, sd_bus_message *message, const Filesy
         int r;
 
         for (size_t i = 0; i < b->n_calls; i++) {
-                const char *other = sd_bus_message_get_sender(b->calls[i].message);
+                const char *other = sd_bus_message_get_sender(b->calls[i]->message);
                 if (sender && other && strcmp(sender, other) == 0)
                         from_sender++;
         }
@@ -152,14 +157,15 @@ int bus_space_exclusive_bytes(BusSpace *b, sd_bus_message *message, const Filesy
                 return sd_bus_error_set(error, SD_BUS_ERROR_LIMITS_EXCEEDED,
                                         "Too many GetExclusiveBytes calls are waiting; try again when one is answered.");
         }
-        r = grow_array(&b->calls, &b->allocated_calls, b->n_calls + 1, sizeof(ExclusiveCall));
-        if (r < 0) {
+        r = grow_array(&b->calls, &b->allocated_calls, b->n_calls + 1, sizeof(ExclusiveCall *));
+        c = r < 0 ? NULL : malloc(sizeof(ExclusiveCall));
+        if (!c) {
                 free(ids);
-                return r;
+                return -ENOMEM;
         }
-        c = &b->calls[b->n_calls++];
         *c = (ExclusiveCall) { .message = sd_bus_message_ref(message), .ids = ids,
                                .query = { .ids = ids, .n = n } };
+        b->calls[b->n_calls++] = c;
         memcpy(c->uuid, fs->uuid, 16);
         (void) sd_event_source_set_enabled(b->step, SD_EVENT_ON);  /* a defer source: cannot fail once made */
         return 1;
