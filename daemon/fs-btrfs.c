@@ -8,6 +8,7 @@
 #include <linux/magic.h>
 #include <endian.h>
 #include <sys/ioctl.h>
+#include <sys/param.h>
 #include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -270,6 +271,73 @@ int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret) {
         if (r < 0)
                 return r;
         *ret = hash;
+        return 0;
+}
+
+/* The extent, device and checksum trees, which mkfs makes: btrfs writes
+ * their root items, in the root tree, only while committing a transaction
+ * (commit_cowonly_roots(), after the snapshots and the subvolumes' own root
+ * items are done).  The quota tree's is there while quotas are on. */
+typedef struct CommitProbe {
+        uint64_t newest;
+        bool quotas;
+} CommitProbe;
+
+static int commit_probe_item(const struct btrfs_ioctl_search_header *h, const void *data, void *userdata) {
+        CommitProbe *c = userdata;
+        uint64_t generation;
+
+        if (h->type != BTRFS_ROOT_ITEM_KEY)
+                return 0;
+        if (h->objectid == BTRFS_QUOTA_TREE_OBJECTID)
+                c->quotas = true;
+        if (h->objectid != BTRFS_EXTENT_TREE_OBJECTID && h->objectid != BTRFS_DEV_TREE_OBJECTID &&
+            h->objectid != BTRFS_CSUM_TREE_OBJECTID)
+                return 0;
+        if (h->len < offsetof(struct btrfs_root_item, generation) + sizeof(generation))
+                return 0;
+        memcpy(&generation, (const uint8_t *) data + offsetof(struct btrfs_root_item, generation), sizeof(generation));
+        c->newest = MAX(c->newest, le64toh(generation));
+        return 0;
+}
+
+int btrfs_transaction_closed(int fd, uint64_t generation, bool *ret) {
+        CommitProbe c = {};
+        int r;
+
+        r = btrfs_tree_search(fd, NULL, BTRFS_ROOT_TREE_OBJECTID, BTRFS_EXTENT_TREE_OBJECTID,
+                              BTRFS_QUOTA_TREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, BTRFS_ROOT_ITEM_KEY, 0,
+                              commit_probe_item, &c);
+        if (r < 0)
+                return r;
+        /* With quotas on, each snapshot's accounting writes these root
+         * items early, within the commit, before the snapshot is in. */
+        *ret = !c.quotas && c.newest >= generation;
+        return 0;
+}
+
+int btrfs_sysfs_open_generation(const uint8_t fsid[16]) {
+        char uuid[UUID_STRING_MAX], path[sizeof("/sys/fs/btrfs//generation") + UUID_STRING_MAX];
+        int fd;
+
+        snprintf(path, sizeof path, "/sys/fs/btrfs/%s/generation", uuid_format(fsid, uuid));
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        return fd < 0 ? -errno : fd;
+}
+
+int btrfs_sysfs_read_generation(int fd, uint64_t *ret) {
+        char buf[32], *end;
+        ssize_t n;
+
+        /* sysfs makes the value again for every read at offset 0. */
+        n = pread(fd, buf, sizeof buf - 1, 0);
+        if (n < 0)
+                return -errno;
+        buf[n] = 0;
+        errno = 0;
+        *ret = strtoull(buf, &end, 10);
+        if (errno != 0 || end == buf || (*end != '\n' && *end != 0))
+                return -EBADMSG;
         return 0;
 }
 

@@ -42,6 +42,20 @@ int btrfs_read_generation(int fd, uint64_t *ret);
  * running one.  Cheap: unchanged leaves are not read (CAP_SYS_ADMIN). */
 int btrfs_read_root_fingerprint(int fd, uint64_t generation, uint64_t *ret);
 
+/* Whether transaction @generation (the filesystem's current one) takes no
+ * more changes to the subvolumes: its commit has written the root items
+ * of the trees btrfs updates only when committing.  Then, until the
+ * generation moves, nothing about the subvolumes can change.  Never with
+ * quotas on (see fs-btrfs.c); false is always safe. */
+int btrfs_transaction_closed(int fd, uint64_t generation, bool *ret);
+
+/* /sys/fs/btrfs/<fsid>/generation, the generation BTRFS_IOC_FS_INFO
+ * returns, read without touching any mount of the filesystem.  The fd does
+ * not keep the filesystem alive: once it is unmounted, reads fail with
+ * ENODEV. */
+int btrfs_sysfs_open_generation(const uint8_t fsid[16]);
+int btrfs_sysfs_read_generation(int fd, uint64_t *ret);
+
 /* Room for tree search results, kept by a thread that reads many trees
  * of one filesystem in a row. */
 typedef struct TreeSearchBuffer {

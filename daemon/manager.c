@@ -97,24 +97,38 @@ static int on_refresh_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* The earliest time the rate limit lets the next refresh run. */
-static uint64_t refresh_allowed(const Manager *m) {
-        uint64_t slack = (REFRESH_BURST - 1) * REFRESH_INTERVAL_USEC;
+static bool refresh_due(Manager *m) {
+        int enabled;
+
+        return m->refresh_timer && sd_event_source_get_enabled(m->refresh_timer, &enabled) > 0;
+}
+
+/* The earliest time the rate limit lets the next refresh run, with
+ * @burst of the bucket's REFRESH_BURST refreshes at hand. */
+static uint64_t refresh_allowed(const Manager *m, unsigned burst) {
+        uint64_t slack = (burst - 1) * REFRESH_INTERVAL_USEC;
 
         return m->refresh_budget > slack ? m->refresh_budget - slack : 0;
 }
 
-void manager_schedule_refresh(Manager *m, uint64_t delay_usec) {
+static void schedule_refresh(Manager *m, uint64_t delay_usec, unsigned burst) {
         uint64_t now, when, armed;
         int r, enabled;
 
         r = sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         if (r < 0)
                 goto fail;
-        when = MAX(now + delay_usec, refresh_allowed(m));
+        when = MAX(now + delay_usec, refresh_allowed(m, burst));
+        /* For the log: whether the refresh is for new figures alone. */
+        if (burst > 1)
+                m->refresh_usage_only = false;
+        else if (!refresh_due(m))
+                m->refresh_usage_only = true;
         if (!m->refresh_timer) {
-                /* A new time source is a one-shot already. */
-                r = sd_event_add_time(m->event, &m->refresh_timer, CLOCK_MONOTONIC, when, 0, on_refresh_timer, m);
+                /* A new time source is a one-shot already.  Accuracy 1 ms,
+                 * not sd-event's default of 250 ms: a change waits for this
+                 * timer before it reaches the bus. */
+                r = sd_event_add_time(m->event, &m->refresh_timer, CLOCK_MONOTONIC, when, 1000, on_refresh_timer, m);
                 if (r < 0)
                         goto fail;
                 return;
@@ -132,18 +146,24 @@ fail:
         log_warning_errno(r, "Failed to schedule a refresh: %m");
 }
 
-static bool refresh_due(Manager *m) {
-        int enabled;
+void manager_schedule_refresh(Manager *m, uint64_t delay_usec) {
+        schedule_refresh(m, delay_usec, REFRESH_BURST);
+}
 
-        return m->refresh_timer && sd_event_source_get_enabled(m->refresh_timer, &enabled) > 0;
+void manager_schedule_usage_refresh(Manager *m, uint64_t delay_usec) {
+        schedule_refresh(m, delay_usec, 1);
 }
 
 int manager_refresh(Manager *m) {
         _cleanup_(model_freep) Model *old = NULL;
         Model *new = NULL;
+        /* Not when Refresh() comes before the timer: that stays armed. */
+        bool usage_only = m->refresh_usage_only && !refresh_due(m);
         bool pending, scanned;
         int r;
 
+        if (!refresh_due(m))
+                m->refresh_usage_only = false;
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);
         m->refresh_budget = MAX(m->refresh_budget, m->last_refresh) + REFRESH_INTERVAL_USEC;
         r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
@@ -159,14 +179,14 @@ int manager_refresh(Manager *m) {
         m->model = new;
         /* For the tests (-v): each refresh on subvold's own clock, logged
          * before its signals go out, and whether another one is due. */
-        log_debug("Refresh at %" PRIu64 " us; %s.", m->last_refresh,
+        log_debug("Refresh at %" PRIu64 " us for %s; %s.", m->last_refresh, usage_only ? "new usage" : "a change",
                   pending || refresh_due(m) ? "another is due" : "none due");
         if (m->bus)
                 bus_objects_emit_changes(m->bus, old, new);
         if (scanned || usage_was_read(old, new))
                 manager_save_cache(m);
         if (pending)
-                manager_schedule_refresh(m, USAGE_READ_INTERVAL_USEC);
+                manager_schedule_usage_refresh(m, USAGE_READ_INTERVAL_USEC);
         if (m->watch)
                 watch_update(m->watch);
         /* The old model's thousands of small blocks lie between the new
@@ -206,7 +226,7 @@ static int manager_load(Manager *m) {
 
 static void on_scan_results(void *userdata) {
         /* Published with the next refresh (at most one a second). */
-        manager_schedule_refresh(userdata, 50 * 1000);
+        manager_schedule_usage_refresh(userdata, 50 * 1000);
 }
 
 static void on_watch_change(void *userdata, bool mounts) {

@@ -18,7 +18,9 @@
 /* Refreshes run once per REFRESH_INTERVAL_USEC on average, and at most
  * REFRESH_BURST within one: a change after a quiet while is published at
  * once, a stream of changes costs no more than one refresh a second
- * (Refresh() from root is never held back, but counts). */
+ * (Refresh() from root is never held back, but counts).  New usage
+ * figures alone wait until the whole bucket is back, so that the change
+ * that comes next still finds a refresh at hand. */
 #define REFRESH_INTERVAL_USEC (1000 * 1000ULL)
 #define REFRESH_BURST 2
 
@@ -42,6 +44,7 @@ typedef struct Manager {
          * refresh may run REFRESH_BURST - 1 intervals before this, and
          * moves it one interval on (CLOCK_MONOTONIC). */
         uint64_t refresh_budget;
+        bool refresh_usage_only;         /* the armed refresh is for new usage alone */
         uint64_t exit_idle_usec;         /* 0: never exit when idle */
         size_t max_message_size;         /* see bus_objects_register() */
         uint64_t last_activity;          /* CLOCK_MONOTONIC, of the last bus message */
@@ -68,6 +71,9 @@ int manager_refresh(Manager *m);
 /* Asks for a refresh soon: after @delay_usec, and no sooner than the rate
  * limit (see REFRESH_BURST) allows. */
 void manager_schedule_refresh(Manager *m, uint64_t delay_usec);
+/* The same for new usage figures (the scanner's, the quotas' next read):
+ * no sooner than a full bucket allows. */
+void manager_schedule_usage_refresh(Manager *m, uint64_t delay_usec);
 
 /* Runs until SIGTERM/SIGINT or the bus goes away. */
 int manager_run(Manager *m);

@@ -7,6 +7,17 @@
 #include "util.h"
 #include "watch.h"
 
+/* What the generation timer knows of one published filesystem. */
+typedef struct Probe {
+        uint8_t uuid[16];
+        int sysfs_fd;                   /* its sysfs generation, -1: not available */
+        /* The model's generation and root fingerprint, when they were found
+         * unchanged after that transaction had closed: until the generation
+         * moves, nothing needs a mount. */
+        bool quiet;
+        uint64_t quiet_generation, quiet_fingerprint;
+} Probe;
+
 struct Watch {
         sd_event *event;
         Model **model;
@@ -14,6 +25,8 @@ struct Watch {
         void *userdata;
         int fanotify_fd, mountinfo_fd;
         sd_event_source *fanotify_source, *mountinfo_source, *generation_timer;
+        Probe *probes;                  /* one per filesystem of the model, in its order (by UUID) */
+        size_t n_probes;
 };
 
 static int on_fanotify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -36,19 +49,71 @@ static int on_mountinfo(sd_event_source *s, int fd, uint32_t revents, void *user
         return 0;
 }
 
-/* Whether any published filesystem changed: its generation moved (a new
+static Probe *probe_find(Probe *probes, size_t n, const uint8_t uuid[16]) {
+        size_t lo = 0, hi = n;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = memcmp(probes[mid].uuid, uuid, 16);
+
+                if (c == 0)
+                        return &probes[mid];
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return NULL;
+}
+
+/* Whether @fs changed since the model was read: its generation moved (a new
  * transaction: something was written), or within the running transaction
  * the root tree's subvolume items changed (created, deleted, renamed,
- * flipped read-only). */
-static bool generations_moved(const Model *model) {
+ * flipped read-only).  The first needs only sysfs; the second a private
+ * clone of @mount, a tree search and a close that unmounts the clone (some
+ * 25 µs), and only until that transaction has closed. */
+static bool filesystem_moved(const MountTable *t, const Mount *mount, const Filesystem *fs, Probe *p) {
+        _cleanup_close_ int fd = -1;
+        uint64_t generation, fingerprint;
+        char buf[UUID_STRING_MAX];
+        bool closed;
+
+        if (p && p->sysfs_fd >= 0) {
+                if (btrfs_sysfs_read_generation(p->sysfs_fd, &generation) < 0)
+                        closep(&p->sysfs_fd);  /* gone with the last mount, most likely: ask the mount */
+                else if (generation != fs->generation)
+                        return true;
+                else if (p->quiet && p->quiet_generation == fs->generation &&
+                         p->quiet_fingerprint == fs->root_fingerprint)
+                        return false;
+        }
+        if (btrfs_open_mount(mount, t->source, &fd) < 0)
+                return true;  /* it changed under us: let the refresh find out how */
+        /* Closed before the fingerprint is taken: then it saw the last change
+         * the transaction took. */
+        if (btrfs_transaction_closed(fd, fs->generation, &closed) < 0)
+                closed = false;
+        if (btrfs_read_generation(fd, &generation) < 0 || generation != fs->generation ||
+            btrfs_read_root_fingerprint(fd, generation, &fingerprint) < 0 || fingerprint != fs->root_fingerprint)
+                return true;
+        log_debug("Read the root tree of %s at generation %" PRIu64 " (transaction %s).",
+                  uuid_format(fs->uuid, buf), generation, closed ? "closed" : "open");
+        if (p && closed) {
+                p->quiet = true;
+                p->quiet_generation = generation;
+                p->quiet_fingerprint = fingerprint;
+        }
+        return false;
+}
+
+/* Whether any published filesystem changed. */
+static bool generations_moved(Watch *w, const Model *model) {
         const MountTable *t = &model->mounts;
         size_t checked = 0;
 
         /* One reachable mount per filesystem is enough. */
         for (size_t i = 0; i < t->n_mounts && checked < model->n_filesystems; i++) {
                 const Filesystem *fs = model->mount_filesystem[i];
-                _cleanup_close_ int fd = -1;
-                uint64_t generation, fingerprint;
                 bool seen = false;
 
                 if (!fs)
@@ -58,11 +123,7 @@ static bool generations_moved(const Model *model) {
                 if (seen || !mount_table_is_reachable(t, &t->mounts[i]))
                         continue;
                 checked++;
-                if (btrfs_open_mount(&t->mounts[i], t->source, &fd) < 0)
-                        return true;  /* it changed under us: let the refresh find out how */
-                if (btrfs_read_generation(fd, &generation) < 0 || generation != fs->generation ||
-                    btrfs_read_root_fingerprint(fd, generation, &fingerprint) < 0 ||
-                    fingerprint != fs->root_fingerprint)
+                if (filesystem_moved(t, &t->mounts[i], fs, probe_find(w->probes, w->n_probes, fs->uuid)))
                         return true;
         }
         return false;
@@ -72,7 +133,7 @@ static int on_generation_timer(sd_event_source *s, uint64_t usec, void *userdata
         Watch *w = userdata;
         int r;
 
-        if (*w->model && generations_moved(*w->model))
+        if (*w->model && generations_moved(w, *w->model))
                 w->on_change(w->userdata, false);
         r = sd_event_source_set_time(s, usec + WATCH_GENERATION_INTERVAL_USEC);
         if (r < 0)
@@ -80,9 +141,51 @@ static int on_generation_timer(sd_event_source *s, uint64_t usec, void *userdata
         return 0;
 }
 
+static void probes_free(Probe *probes, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                closep(&probes[i].sysfs_fd);
+        free(probes);
+}
+
+/* One probe per filesystem of the model: kept for those it had (sorted by
+ * UUID, as the model's), opened for new ones, closed for the others. */
+static void probes_update(Watch *w) {
+        const Model *model = *w->model;
+        size_t n = model ? model->n_filesystems : 0;
+        Probe *probes = n > 0 ? calloc(n, sizeof(Probe)) : NULL;
+
+        if (n > 0 && !probes) {
+                log_warning("Out of memory for the filesystems' sysfs probes; asking their mounts.");
+                n = 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const Filesystem *fs = model->filesystems[i];
+                Probe *old = probe_find(w->probes, w->n_probes, fs->uuid);
+                uint64_t generation;
+
+                if (old) {
+                        probes[i] = *old;
+                        old->sysfs_fd = -1;
+                        if (probes[i].sysfs_fd >= 0)
+                                continue;
+                }
+                probes[i] = (Probe) { .sysfs_fd = btrfs_sysfs_open_generation(fs->uuid) };
+                memcpy(probes[i].uuid, fs->uuid, 16);
+                /* Behind the model's, it cannot be this filesystem's. */
+                if (probes[i].sysfs_fd >= 0 && (btrfs_sysfs_read_generation(probes[i].sysfs_fd, &generation) < 0 ||
+                                                generation < fs->generation))
+                        closep(&probes[i].sysfs_fd);
+        }
+        probes_free(w->probes, w->n_probes);
+        w->probes = probes;
+        w->n_probes = n;
+}
+
 void watch_update(Watch *w) {
         bool want = *w->model && (*w->model)->n_filesystems > 0;
         int r;
+
+        probes_update(w);
 
         r = sd_event_source_set_enabled(w->generation_timer, want ? SD_EVENT_ON : SD_EVENT_OFF);
         if (r < 0)
@@ -131,7 +234,8 @@ int watch_new(sd_event *event, Model **model, watch_callback_t on_change, void *
         r = sd_event_now(event, CLOCK_MONOTONIC, &now);
         if (r >= 0)
                 r = sd_event_add_time(event, &w->generation_timer, CLOCK_MONOTONIC,
-                                      now + WATCH_GENERATION_INTERVAL_USEC, 0, on_generation_timer, w);
+                                      now + WATCH_GENERATION_INTERVAL_USEC, WATCH_GENERATION_ACCURACY_USEC,
+                                      on_generation_timer, w);
         if (r < 0)
                 goto fail;
         watch_update(w);
@@ -150,6 +254,7 @@ Watch *watch_free(Watch *w) {
         sd_event_source_disable_unref(w->fanotify_source);
         closep(&w->mountinfo_fd);
         closep(&w->fanotify_fd);
+        probes_free(w->probes, w->n_probes);
         sd_event_unref(w->event);
         free(w);
         return NULL;

@@ -4,8 +4,9 @@
 /* Notices change without polling everything: the mount table through
  * fanotify mount events (Linux 6.15) and POLLPRI on /proc/self/mountinfo
  * (remounts, and older kernels), and the published filesystems through a
- * timer that compares each one's generation (one ioctl per filesystem).
- * The timer runs only while some btrfs is published.  Whatever it sees, it
+ * timer that compares each one's generation (a read of its sysfs file, and
+ * of its root tree while the transaction the model saw is open).  The
+ * timer runs only while some btrfs is published.  Whatever it sees, it
  * reports through one callback; the manager decides when to refresh. */
 
 #include <systemd/sd-event.h>
@@ -14,6 +15,9 @@
 
 /* How often the filesystems' generations are compared. */
 #define WATCH_GENERATION_INTERVAL_USEC (500 * 1000ULL)
+/* How late it may run: sd-event's default (accuracy 0) is 250 ms, half the
+ * interval again on top of every change's wait for the signal. */
+#define WATCH_GENERATION_ACCURACY_USEC (10 * 1000ULL)
 
 typedef struct Watch Watch;
 /* @mounts: the mount table changed (else a filesystem's generation). */

@@ -14,7 +14,12 @@
 #        PIN_CPU=0      CPU for the Get/GetId calls ("" = no pinning)
 #        STARTS=3 GMO_CALLS=20 GET_CALLS=1000 RUNS=10 WARMUP=3 IMG_SIZE=4G
 #        IDLE_N=1000 IDLE_SEC=60  (idle CPU is measured at this N only)
+#        IDLE_FS=10     and once more with IDLE_N subvolumes on each of IDLE_FS
+#                       filesystems, CPU and wake-ups per second (0: skip)
 #        FILES=100000   files in the one-subvolume scanner fixture (0: skip it)
+#        SIGNAL_N=1000 SIGNAL_ROUNDS=20 SIGNAL_GAP_MS=1000  change to signal,
+#                       measured at this N only (signalbench: ROUNDS changes
+#                       of each kind, GAP_MS plus up to half of it apart)
 #
 # Get and GetId run with client, bus and subvold on one CPU: on a VM a
 # wakeup across CPUs costs tens of µs and lands at random, which made
@@ -29,7 +34,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NS=("$@"); [ ${#NS[@]} -gt 0 ] || NS=(100 1000 10000)
 STARTS=${STARTS:-3} GMO_CALLS=${GMO_CALLS:-20} GET_CALLS=${GET_CALLS:-1000}
 RUNS=${RUNS:-10} WARMUP=${WARMUP:-3} IMG_SIZE=${IMG_SIZE:-4G} PIN_CPU=${PIN_CPU-0}
-IDLE_N=${IDLE_N:-1000} IDLE_SEC=${IDLE_SEC:-60} FILES=${FILES:-100000}
+IDLE_N=${IDLE_N:-1000} IDLE_SEC=${IDLE_SEC:-60} IDLE_FS=${IDLE_FS:-10} FILES=${FILES:-100000}
+SIGNAL_N=${SIGNAL_N:-1000} SIGNAL_ROUNDS=${SIGNAL_ROUNDS:-20} SIGNAL_GAP_MS=${SIGNAL_GAP_MS:-1000}
 read -ra DAEMON_ARGS <<<"--max-message-size=32M ${SUBVOLD_ARGS:-}"
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
@@ -63,9 +69,21 @@ teardown_fs() {
 	LOOP=
 	rm -f "$TMP/img"
 }
+IDLE_DIR=$TMP/idle IDLE_LOOPS=()
+teardown_idle() {
+	local m l
+	stop "$DAEMON_PID"; DAEMON_PID=
+	for m in "$IDLE_DIR"/mnt-*; do
+		if mountpoint -q "$m"; then umount "$m" || umount -l "$m"; fi
+	done
+	for l in "${IDLE_LOOPS[@]}"; do losetup -d "$l" || true; done
+	IDLE_LOOPS=()
+	rm -rf "$IDLE_DIR"
+}
 cleanup() {
 	set +e
 	teardown_fs
+	teardown_idle
 	stop "$BUS_PID"
 	rm -rf "$TMP"
 }
@@ -90,6 +108,7 @@ read -ra BTRFSUTIL <<<"$(pkg-config --cflags --libs libbtrfsutil)"
 read -ra LIBSYSTEMD <<<"$(pkg-config --cflags --libs libsystemd)"
 gcc -O2 -Wall -Wextra -o "$TMP/mkfixture" "$REPO/tools/mkfixture.c" "${BTRFSUTIL[@]}"
 gcc -O2 -Wall -Wextra -o "$TMP/busbench" "$REPO/tools/busbench.c" "${LIBSYSTEMD[@]}"
+gcc -O2 -Wall -Wextra -o "$TMP/signalbench" "$REPO/tools/signalbench.c" "${LIBSYSTEMD[@]}" "${BTRFSUTIL[@]}"
 # quotabench runs subvold's own quota reader, so it links the daemon's core.
 gcc -O2 -Wall -D_GNU_SOURCE -I"$REPO/daemon" -o "$TMP/quotabench" "$REPO/tools/quotabench.c" \
 	"$BUILD/daemon/libsubvold-core.a" "${LIBSYSTEMD[@]}" "${BTRFSUTIL[@]}"
@@ -157,11 +176,11 @@ start_subvold() { # prints busbench's startup line
 	unshare --mount --propagation private bash -c '
 		findmnt -rn -t btrfs -o TARGET | sort -r | while read -r m; do
 			m=$(printf %b "$m")   # findmnt -r writes a space as \x20
-			[ "$m" = "$MNT" ] || umount -l "$m"
+			[ "$m" = "$MNT" ] || [[ "$m" == "$IDLE_DIR"/* ]] || umount -l "$m"
 		done
 		exec "$@"' bash "$TMP/busbench" startup "$SUBVOLD" "${DAEMON_ARGS[@]}" "$@" 2>>"$LOG"
 }
-export MNT
+export MNT IDLE_DIR
 
 # scan_row LABEL OBJECT FILE: subvold's scanner on the filesystem at $MNT,
 # against btrfs filesystem du -s and du -s on the same tree.  A fresh start
@@ -294,6 +313,13 @@ for N in "${NS[@]}"; do
 	busctl_ms=$(hf_median_ms "busctl --address=$ADDR --json=short call org.subvold.Subvold1 /org/subvold/Subvold1 org.freedesktop.DBus.ObjectManager GetManagedObjects") \
 		|| die "busctl GetManagedObjects failed"
 
+	if [ "$N" = "$SIGNAL_N" ] && [ "$SIGNAL_ROUNDS" -gt 0 ]; then
+		# Subvolumes made and deleted again; the fixture is as before.
+		log "  change to signal: $SIGNAL_ROUNDS rounds, ${SIGNAL_GAP_MS} ms apart"
+		"$TMP/signalbench" "$ADDR" "$fs" "$MNT" "$SIGNAL_ROUNDS" "$SIGNAL_GAP_MS" >"$RESULTS/signals.txt" 2>>"$LOG" \
+			|| die "signalbench failed (see $RESULTS/signals.txt and $LOG)"
+	fi
+
 	awk -v OFS='\t' -v n="$N" -v obj="$(field objects "$gmo")" -v ready="$ready_ms" \
 		-v gmo="$(field median_us "$gmo")" -v gmo99="$(field p99_us "$gmo")" -v bytes="$(field bytes "$gmo")" \
 		-v list="$list_ms" -v get="$(field median_us "$get")" -v get99="$(field p99_us "$get")" \
@@ -363,6 +389,43 @@ if [ "$FILES" -gt 0 ]; then
 	teardown_fs
 fi
 
+# ---- at rest on many filesystems ------------------------------------------
+# CPU time (all threads, schedstat: ns, not clock ticks) and context
+# switches (each a wake-up of some thread) over IDLE_SEC, nothing changing.
+ctx_switches() { cat /proc/"$1"/task/*/status | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}'; }
+if [ "$IDLE_FS" -gt 0 ]; then
+	log "$IDLE_FS filesystems of $IDLE_N subvolumes each: building the fixtures"
+	echo "=== IDLE_FS=$IDLE_FS" >>"$LOG"
+	mkdir -p "$IDLE_DIR"
+	for i in $(seq "$IDLE_FS"); do
+		truncate -s 1G "$IDLE_DIR/img-$i"
+		mkfs.btrfs -q "$IDLE_DIR/img-$i" >>"$LOG" 2>&1
+		IDLE_LOOPS+=("$(losetup -f --show "$IDLE_DIR/img-$i")")
+		mkdir -p "$IDLE_DIR/mnt-$i"
+		mount "${IDLE_LOOPS[-1]}" "$IDLE_DIR/mnt-$i"
+		"$TMP/mkfixture" "$IDLE_DIR/mnt-$i" "$IDLE_N" >>"$LOG"
+	done
+	sync   # every transaction committed: this is the filesystems at rest
+	MNT=$IDLE_DIR/mnt-1
+	line=$(start_subvold) || die "subvold did not get ready (see $LOG)"
+	DAEMON_PID=$(field pid "$line")
+	for i in $(seq "$IDLE_FS"); do
+		fs=$(fs_object "$IDLE_DIR/mnt-$i")
+		until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 "$fs" \
+			org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
+	done
+	sleep 5   # the scans' results published and the caches written
+	log "  idle CPU and wake-ups over ${IDLE_SEC} s"
+	cpu0=$(cpu_ns "$DAEMON_PID") ctx0=$(ctx_switches "$DAEMON_PID")
+	sleep "$IDLE_SEC"
+	awk -v fs="$IDLE_FS" -v n="$IDLE_N" -v s="$IDLE_SEC" -v cpu=$(( $(cpu_ns "$DAEMON_PID") - cpu0 )) \
+		-v ctx=$(( $(ctx_switches "$DAEMON_PID") - ctx0 )) 'BEGIN {
+		printf "filesystems=%d subvolumes_each=%d seconds=%d cpu_percent=%.4f cpu_us_per_s=%.1f wakeups_per_s=%.2f\n",
+		       fs, n, s, cpu / 1e9 / s * 100, cpu / 1e3 / s, ctx / s }' >"$RESULTS/idle-fs.txt"
+	log "  $(cat "$RESULTS/idle-fs.txt")"
+	teardown_idle
+fi
+
 # ---- report -----------------------------------------------------------------
 {
 	printf '%6s %7s %8s %8s %8s %6s %7s %7s %7s %6s %6s %6s %7s %7s %7s %7s\n' \
@@ -420,9 +483,23 @@ fi
 		       printf "  heap used %d bytes; counted against --scan-max-memory: %d bytes\n",
 		              v["heap_bytes"], v["counted_bytes"] }' "$RESULTS/map.txt"
 	fi
+	if [ -f "$RESULTS/signals.txt" ]; then
+		printf '\nchange to signal at N=%s: from the return of the kernel call to the signal in a subscribed\n' "$SIGNAL_N"
+		printf 'client, changes %s ms plus up to half of that apart (target: p99 at most 1 s per kind)\n' "$SIGNAL_GAP_MS"
+		printf '%10s %6s %8s %8s %8s %8s\n' kind changes "median" p90 p99 max "" "" ms ms ms ms
+		awk '$1 !~ /=/ { printf "%10s %6d %8.1f %8.1f %8.1f %8.1f  %s\n", $1, $2, $3, $4, $5, $6, $5 <= 1000 ? "met" : "MISSED" }' \
+			"$RESULTS/signals.txt"
+	fi
 	if [ -f "$RESULTS/idle.txt" ]; then
 		printf '\nidle CPU of subvold, nothing changing (target: under 0.1%% of one core at N=1000):\n'
 		sed 's/^/  /' "$RESULTS/idle.txt"
+	fi
+	if [ -f "$RESULTS/idle-fs.txt" ]; then
+		printf '\nidle on %s filesystems of %s subvolumes each (target: at most 0.03%% of one core):\n' "$IDLE_FS" "$IDLE_N"
+		awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+		       printf "  CPU %.4f %% of one core (%.1f µs/s), %.2f wake-ups/s: %s\n", v["cpu_percent"],
+		              v["cpu_us_per_s"], v["wakeups_per_s"], v["cpu_percent"] <= 0.03 ? "met" : "MISSED" }' \
+			"$RESULTS/idle-fs.txt"
 	fi
 } | tee "$RESULTS/table.txt"
 echo "results: $RESULTS" >&2

@@ -318,10 +318,30 @@ MUTATIONS = {
         "#define REFRESH_BURST 2",
         "#define REFRESH_BURST 3",
         ["test_live"]),
+    "new-usage-takes-the-burst": (
+        "daemon/manager.c",
+        "refresh_allowed(m, burst));",
+        "refresh_allowed(m, REFRESH_BURST));",
+        ["test_live"]),
     "properties-changed-twice": (
         "daemon/bus-objects.c",
         "        int r = sd_bus_emit_properties_changed_strv(bus, path, interface, NULL);\n",
         "        int r = sd_bus_emit_properties_changed_strv(bus, path, interface, NULL);\n        r = sd_bus_emit_properties_changed_strv(bus, path, interface, NULL);\n",
+        ["test_live"]),
+    "quiet-while-the-transaction-is-open": (
+        "daemon/watch.c",
+        "if (p && closed) {",
+        "if (p) {",
+        ["test_live"]),
+    "quiet-with-quotas-on": (
+        "daemon/fs-btrfs.c",
+        "*ret = !c.quotas && c.newest >= generation;",
+        "*ret = c.newest >= generation;",
+        ["test_live"]),
+    "quiet-filesystem-read-all-the-same": (
+        "daemon/watch.c",
+        "p->quiet_fingerprint == fs->root_fingerprint)\n                        return false;",
+        "p->quiet_fingerprint == fs->root_fingerprint)\n                        ;",
         ["test_live"]),
     "generation-timer-without-btrfs": (
         "daemon/watch.c",
@@ -442,8 +462,8 @@ MUTATIONS = {
         ["test_daemon"]),
     "generation-check-keeps-its-fd": (
         "daemon/watch.c",
-        "                _cleanup_close_ int fd = -1;\n",
-        "                int fd = -1;\n",
+        "        _cleanup_close_ int fd = -1;\n",
+        "        int fd = -1;\n",
         ["test_daemon"]),
     "terminal-escape-misses-c1": (
         "daemon/model.c",

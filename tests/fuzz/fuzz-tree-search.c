@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 return 0;
         which = data[0];
         input = (FuzzInput) { data + 1, size - 1 };
-        switch (which % 7) {
+        switch (which % 8) {
         case 0: {
                 ScanControl control = { .may_grow = extent_array_too_big };
                 DataExtent *extents = NULL;
@@ -117,6 +117,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case 6: {
                 size_t n = 0;
                 (void) btrfs_dir_list(fd, 5, 256, count_entry, &n);
+                break;
+        }
+        case 7: {
+                bool closed;
+                (void) btrfs_transaction_closed(fd, 1, &closed);
                 break;
         }
         }

@@ -135,6 +135,9 @@ class MakeCorpus(TestCase):
         # 2: the root fingerprint (everything, from transaction 0)
         write_seed("fuzz-tree-search", "fingerprint",
                    tree_seed(2, search(fd, 1, (5, 132, 0), (U64_MAX, 144, U64_MAX))))
+        # 7: the root items that tell a closed transaction, and the quota tree's
+        write_seed("fuzz-tree-search", "transaction-closed",
+                   tree_seed(7, search(fd, 1, (2, 132, 0), (8, 132, U64_MAX))))
         # 3: an inode item
         write_seed("fuzz-tree-search", "inode", tree_seed(3, search(fd, vol, (data_ino, 1, 0), (data_ino, 1, 0))))
         # 4: a path, link by link up to the root directory

@@ -542,8 +542,17 @@ class Daemon:
         """The refreshes it logged (run it with -v), in order: for each, when
         it ran (CLOCK_MONOTONIC µs, subvold's own clock) and whether another
         one was due already."""
-        return [(int(m[1]), m[2] == "another is due")
-                for m in re.finditer(r"^<7>Refresh at (\d+) us; (another is due|none due)\.$", self.log(), re.M)]
+        return [(int(m[1]), m[3] == "another is due") for m in self._refresh_lines()]
+
+    def _refresh_lines(self):
+        return re.finditer(r"^<7>Refresh at (\d+) us for (a change|new usage); (another is due|none due)\.$",
+                           self.log(), re.M)
+
+    def usage_refresh_gaps(self):
+        """For each refresh that was for new usage figures alone (a scan's
+        results, the next quota read), the µs since the refresh before it."""
+        lines = [(int(m[1]), m[2] == "new usage") for m in self._refresh_lines()]
+        return [t - prev for (prev, _), (t, usage) in zip(lines, lines[1:]) if usage]
 
     def assert_refresh_rate(self):
         """subvold's rate limit on refreshes, on its own clock (no jitter on

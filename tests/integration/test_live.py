@@ -184,6 +184,95 @@ class LiveTest(TestCase):
         self.assertEqual([a for a, b in zip(signals, signals[1:]) if a == b], [])
         daemon.assert_refresh_rate()
 
+    def test_new_usage_leaves_the_burst_to_the_next_change(self):
+        """Without quotas, a new subvolume is published at once and the
+        scanner's figures for it with a later refresh: that one must wait
+        for the whole rate-limit bucket (a full interval after the refresh
+        before it), or the change that comes next finds no refresh at hand
+        and waits a second for its signal.  Read from subvold's own log."""
+        daemon = self.start("-v")
+        self.wait_quiet(daemon)
+        for i in range(3):
+            subvolume_create(f"{self.mnt}/new{i}")
+            new = self.object(f"{self.mnt}/new{i}")
+            wait_for(lambda: new in self.bus.managed_objects()
+                     and self.bus.get(new, SUBVOLUME_IFACE, "UsageSource") == "scan"
+                     and self.bus.get(new, SUBVOLUME_IFACE, "UsageConsistent"), f"the scan of new{i} to be published")
+        gaps = daemon.usage_refresh_gaps()
+        self.assertGreaterEqual(len(gaps), 3, "the control: refreshes for the scans' figures alone")
+        self.assertEqual([g for g in gaps if g < 1000000], [], f"µs between refreshes: {gaps}")
+
+    def test_at_rest_only_sysfs_is_read(self):
+        """The generation timer reads /sys/fs/btrfs/<fsid>/generation; it
+        reads the root tree through a mount only while the transaction of
+        the model's generation is open, where a second change would not
+        move the generation.  Once that transaction has closed and the root
+        tree was read after that, nothing needs a mount until the
+        generation moves.  From subvold's log (-v), its context switches
+        and the bus."""
+        daemon = self.start("-v")
+        sysfs = f"/sys/fs/btrfs/{self.fs.uuid}/generation"
+
+        def generation():
+            with open(sysfs) as f:
+                return int(f.read())
+
+        def commits():
+            with open(f"/sys/fs/btrfs/{self.fs.uuid}/commit_stats") as f:
+                return int(re.search(r"^commits (\d+)$", f.read(), re.M)[1])
+
+        def tree_reads(since=0):
+            lines = re.findall(rf"^<7>Read the root tree of {self.fs.uuid} at generation (\d+) "
+                               r"\(transaction (open|closed)\)\.$", daemon.log(), re.M)
+            return [(int(g), state) for g, state in lines[since:]]
+
+        # At rest: a commit closes the transaction, a read after it settles.
+        run("btrfs", "filesystem", "sync", self.mnt)
+        wait_for(lambda: (generation(), "closed") in tree_reads(), "a read of the root tree once it closed")
+        quiet_at, reads, switches = generation(), len(tree_reads()), daemon.wakeups()
+        wait_for(lambda: daemon.wakeups() >= switches + 6, "a few more generation checks")
+        if generation() == quiet_at:
+            self.assertEqual([r for r in tree_reads(reads) if r[0] == quiet_at], [],
+                             "root tree reads at a generation already read after its transaction closed")
+
+        # A transaction that stays open: the first change moves the
+        # generation, the second one does not.
+        for attempt in range(3):
+            reads, committed = len(tree_reads()), commits()
+            subvolume_create(f"{self.mnt}/first{attempt}")
+            opened = generation()
+            first = self.object(f"{self.mnt}/first{attempt}")
+            wait_for(lambda: first in self.bus.managed_objects(), "the first subvolume")
+            wait_for(lambda: any(g == opened for g, _ in tree_reads(reads)), "a read of the root tree after it")
+            seen, mark = tree_reads(reads), len(daemon.log())
+            subvolume_create(f"{self.mnt}/second{attempt}")
+            if commits() != committed or generation() != opened:
+                continue  # btrfs committed in between: not the case under test
+            self.assertNotIn((opened, "closed"), seen, "the transaction was still open")
+            second = self.object(f"{self.mnt}/second{attempt}")
+            wait_for(lambda: second in self.bus.managed_objects(), "the second subvolume, in the same transaction",
+                     timeout=10)
+            # Seen by the generation check, not only by the refresh for the
+            # first one's scanned usage.
+            self.assertRegex(daemon.log()[mark:], r"(?m)^<7>Refresh at \d+ us for a change;")
+            return
+        self.fail("btrfs committed between the two changes three times")
+
+    def test_with_quotas_on_the_root_tree_is_always_read(self):
+        """With quotas on, a snapshot's accounting writes the root items
+        that tell a closed transaction early, inside the commit, before the
+        snapshot is in: the generation timer never takes the transaction
+        for closed there."""
+        run("btrfs", "quota", "enable", self.mnt)
+        run("btrfs", "quota", "rescan", "-w", self.mnt)  # its transactions done
+        daemon = self.start("-v")
+        run("btrfs", "filesystem", "sync", self.mnt)
+        with open(f"/sys/fs/btrfs/{self.fs.uuid}/generation") as f:
+            generation = int(f.read())
+        pattern = rf"^<7>Read the root tree of {self.fs.uuid} at generation {generation} \(transaction (open|closed)\)\.$"
+        wait_for(lambda: len(re.findall(pattern, daemon.log(), re.M)) >= 2, "two reads of the root tree after the commit")
+        self.assertEqual(set(re.findall(pattern, daemon.log(), re.M)), {"open"})
+
     def test_churn(self):
         """Thousands of mounts, unmounts and subvolume operations while
         clients read: the daemon keeps answering, ends with the kernel's
