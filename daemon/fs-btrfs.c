@@ -326,19 +326,17 @@ int btrfs_sysfs_open_generation(const uint8_t fsid[16]) {
 }
 
 int btrfs_sysfs_read_generation(int fd, uint64_t *ret) {
-        char buf[32], *end;
+        char buf[32];
         ssize_t n;
 
         /* sysfs makes the value again for every read at offset 0. */
         n = pread(fd, buf, sizeof buf - 1, 0);
         if (n < 0)
                 return -errno;
+        if (n > 0 && buf[n - 1] == '\n')
+                n--;
         buf[n] = 0;
-        errno = 0;
-        *ret = strtoull(buf, &end, 10);
-        if (errno != 0 || end == buf || (*end != '\n' && *end != 0))
-                return -EBADMSG;
-        return 0;
+        return parse_u64(buf, ret);
 }
 
 typedef struct SubvolumeScan {
