@@ -157,13 +157,14 @@ void manager_schedule_usage_refresh(Manager *m, uint64_t delay_usec) {
 int manager_refresh(Manager *m) {
         _cleanup_(model_freep) Model *old = NULL;
         Model *new = NULL;
-        /* Not when Refresh() comes before the timer: that stays armed. */
-        bool usage_only = m->refresh_usage_only && !refresh_due(m);
-        bool pending, scanned;
+        bool usage_only = false, pending, scanned;
         int r;
 
-        if (!refresh_due(m))
+        /* Not when Refresh() comes before the timer: that stays armed. */
+        if (!refresh_due(m)) {
+                usage_only = m->refresh_usage_only;
                 m->refresh_usage_only = false;
+        }
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);
         m->refresh_budget = MAX(m->refresh_budget, m->last_refresh) + REFRESH_INTERVAL_USEC;
         r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
