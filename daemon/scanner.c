@@ -160,6 +160,16 @@ static bool jobs_empty(const Scanner *s) {
         return s->first_job == s->n_jobs;
 }
 
+/* Under lock, with the queue empty: lets its array go.  A first run
+ * queues every tree at once (96 bytes a job, 0.9 MiB at 10,000
+ * subvolumes), and a rescan needs a few; kept, the room would stay
+ * resident for good. */
+static void jobs_release(Scanner *s) {
+        free(s->jobs);
+        s->jobs = NULL;
+        s->first_job = s->n_jobs = s->allocated_jobs = 0;
+}
+
 /* ---- the worker ---- */
 
 /* Names the thread and sets its priorities: by default the idle I/O
@@ -389,7 +399,7 @@ static void *worker(void *userdata) {
                         break;
                 s->current = s->jobs[s->first_job++];
                 if (jobs_empty(s))
-                        s->first_job = s->n_jobs = 0;
+                        jobs_release(s);
                 s->busy = true;
                 s->current_opened = false;
                 s->cancel_current = false;
@@ -640,7 +650,7 @@ static void jobs_cancel(Scanner *s, const uint8_t uuid[16]) {
         }
         s->n_jobs = out;
         if (jobs_empty(s))
-                s->first_job = s->n_jobs = 0;
+                jobs_release(s);
         if (s->busy && memcmp(s->current.uuid, uuid, 16) == 0) {
                 s->cancel_current = true;
                 worker_wake(s);
