@@ -3,6 +3,15 @@
 #include "fs-btrfs.h"
 #include "util.h"
 
+/* @prev's subvolume @id, for ids asked in ascending order (as the arrays
+ * are sorted): *cursor only moves forward, so that a pass over all of
+ * them is one walk of each array rather than a binary search each. */
+static const Subvolume *find_next(const Filesystem *prev, uint64_t id, size_t *cursor) {
+        while (*cursor < prev->n_subvolumes && prev->subvolumes[*cursor].id < id)
+                (*cursor)++;
+        return *cursor < prev->n_subvolumes && prev->subvolumes[*cursor].id == id ? &prev->subvolumes[*cursor] : NULL;
+}
+
 /* Whether @prev's usage of @fs can be served without asking the kernel:
  * the filesystem has not moved since the usage was read, the figures are
  * from a committed transaction, and every subvolume is the same. */
@@ -10,8 +19,8 @@ static bool usage_unchanged(const Filesystem *fs, const Filesystem *prev) {
         if (prev->usage_read_usec == 0 || prev->generation != fs->generation ||
             prev->usage_generation != fs->generation)
                 return false;
-        for (size_t i = 0; i < fs->n_subvolumes; i++) {
-                const Subvolume *p = filesystem_find_subvolume(prev, fs->subvolumes[i].id);
+        for (size_t i = 0, cursor = 0; i < fs->n_subvolumes; i++) {
+                const Subvolume *p = find_next(prev, fs->subvolumes[i].id, &cursor);
                 if (!p || p->change_generation != fs->subvolumes[i].change_generation)
                         return false;
         }
@@ -23,8 +32,8 @@ static void usage_copy(Filesystem *fs, const Filesystem *prev) {
         fs->quota_consistent = prev->quota_consistent;
         fs->usage_read_usec = prev->usage_read_usec;
         fs->usage_generation = prev->usage_generation;
-        for (size_t i = 0; i < fs->n_subvolumes; i++) {
-                const Subvolume *p = filesystem_find_subvolume(prev, fs->subvolumes[i].id);
+        for (size_t i = 0, cursor = 0; i < fs->n_subvolumes; i++) {
+                const Subvolume *p = find_next(prev, fs->subvolumes[i].id, &cursor);
                 fs->subvolumes[i].usage = p ? p->usage : USAGE_NONE;
         }
 }

@@ -99,7 +99,7 @@ int btrfs_read_statfs(int fd, StatfsInfo *ret);
 int btrfs_read_filesystem(int fd, Filesystem *fs);
 
 /* The subvolumes part of btrfs_read_filesystem(): the root tree's items
- * and each subvolume's path. */
+ * and each subvolume's path, into @fs, which has none yet. */
 int btrfs_read_subvolumes(int fd, Filesystem *fs);
 
 /* BTRFS_IOC_TREE_SEARCH_V2 on @fd: 0 or a negative errno.  Every tree

@@ -293,7 +293,12 @@ int filesystem_index(Filesystem *fs) {
                 return 0;
         if (fs->n_subvolumes >= UINT32_MAX)
                 return -E2BIG;
-        qsort(fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), cmp_subvolume_id);
+        /* The root tree search returns them in id order already. */
+        for (size_t i = 1; i < fs->n_subvolumes; i++)
+                if (fs->subvolumes[i - 1].id >= fs->subvolumes[i].id) {
+                        qsort(fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), cmp_subvolume_id);
+                        break;
+                }
         r = filesystem_index_paths(fs);
         if (r < 0)
                 return r;
