@@ -4,6 +4,13 @@
 # (GetId) in the same run, on a loop-mounted btrfs per N.
 #
 # usage: sudo tools/bench.sh [N ...]                 (default: 100 1000 10000)
+#        sudo tools/bench.sh --big [N]               (default: 100000)
+# --big: one filesystem of N subvolumes (a fifth of them snapshots), quotas
+#        off, and only what is measured at that size (see big_row below):
+#        start to ready cold and warm, the first full scan, memory, and
+#        listing everything through GetSubvolumes, subvolctl list and
+#        subvolctl metrics, against btrfs subvolume list -p and btrfs
+#        filesystem du -s.  About 10 minutes at 100,000.
 # env:   SUBVOLD_BUILD  meson build dir with daemon/subvold; when unset,
 #                       <repo>/build is set up and compiled
 #        SUBVOLD_ARGS   extra daemon arguments (e.g. --mountinfo); subvold
@@ -13,6 +20,7 @@
 #        RESULTS        output dir (default: <build>/bench-results/<time>)
 #        PIN_CPU=0      CPU for the Get/GetId calls ("" = no pinning)
 #        STARTS=3 GMO_CALLS=20 GET_CALLS=1000 RUNS=10 WARMUP=3 IMG_SIZE=4G
+#        BIG_IMG_SIZE=32G BIG_RUNS=5  the --big image and its repeated calls
 #        IDLE_N=1000 IDLE_SEC=60  (idle CPU is measured at this N only)
 #        IDLE_FS=10     and once more with IDLE_N subvolumes on each of IDLE_FS
 #                       filesystems, CPU and wake-ups per second (0: skip)
@@ -31,11 +39,17 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NS=("$@"); [ ${#NS[@]} -gt 0 ] || NS=(100 1000 10000)
+BIG_N=''
+if [ "${1:-}" = --big ]; then
+	BIG_N=${2:-100000} NS=() FILES=0 IDLE_FS=0
+else
+	NS=("$@"); [ ${#NS[@]} -gt 0 ] || NS=(100 1000 10000)
+fi
 STARTS=${STARTS:-3} GMO_CALLS=${GMO_CALLS:-20} GET_CALLS=${GET_CALLS:-1000}
 RUNS=${RUNS:-10} WARMUP=${WARMUP:-3} IMG_SIZE=${IMG_SIZE:-4G} PIN_CPU=${PIN_CPU-0}
 IDLE_N=${IDLE_N:-1000} IDLE_SEC=${IDLE_SEC:-60} IDLE_FS=${IDLE_FS:-10} FILES=${FILES:-100000}
 SIGNAL_N=${SIGNAL_N:-1000} SIGNAL_ROUNDS=${SIGNAL_ROUNDS:-20} SIGNAL_GAP_MS=${SIGNAL_GAP_MS:-1000}
+BIG_IMG_SIZE=${BIG_IMG_SIZE:-32G} BIG_RUNS=${BIG_RUNS:-5}
 read -ra DAEMON_ARGS <<<"--max-message-size=32M ${SUBVOLD_ARGS:-}"
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
@@ -94,12 +108,13 @@ trap 'exit 130' INT TERM
 if [ -z "${SUBVOLD_BUILD:-}" ]; then
 	BUILD=$REPO/build
 	[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" "$REPO" >&2
-	meson compile -C "$BUILD" subvold >&2   # the daemon only, not the tests
+	meson compile -C "$BUILD" subvold subvolctl >&2   # not the tests
 else
 	BUILD=$SUBVOLD_BUILD
 fi
-SUBVOLD=$BUILD/daemon/subvold
+SUBVOLD=$BUILD/daemon/subvold SUBVOLCTL=$BUILD/subvolctl/subvolctl
 [ -x "$SUBVOLD" ] || die "no daemon at $SUBVOLD"
+[ -x "$SUBVOLCTL" ] || die "no subvolctl at $SUBVOLCTL"
 RESULTS=${RESULTS:-$BUILD/bench-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$RESULTS"
 LOG=$RESULTS/log.txt
@@ -149,13 +164,21 @@ hf_median_ms() { # hyperfine's median in ms of a command run without a shell
 }
 TICKS=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }   # utime + stime
-cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {print s}'; }   # all threads, ns
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.0f\n", s}'; }   # all threads, ns
 scanner_ns() { # CPU ns of subvold's scanner thread
 	local t
 	for t in /proc/"$1"/task/*; do
 		[ "$(cat "$t/comm")" = subvold-scan ] && { awk '{print $1}' "$t/schedstat"; return; }
 	done
 	die "no scanner thread in subvold $1"
+}
+make_fs() { # SIZE DIR: a new btrfs on a loop device mounted at DIR, as $LOOP and $MNT (see teardown_fs)
+	truncate -s "$1" "$TMP/img"
+	mkfs.btrfs -q "$TMP/img" >>"$LOG" 2>&1
+	LOOP=$(losetup -f --show "$TMP/img")
+	MNT=$2
+	mkdir -p "$MNT"
+	mount "$LOOP" "$MNT"
 }
 fs_object() { echo "/org/subvold/Subvold1/fs/$(btrfs filesystem show "$1" | sed -n 's/.*uuid: \([0-9a-f-]*\).*/\1/p' | tr -d -)"; }
 wait_log() { # FROM-LINE: until subvold logs a finished scan run after that line; prints the line
@@ -254,12 +277,7 @@ printf 'N\tobjects\tready_ms\tgmo_ms\tgmo_p99_ms\treply_bytes\tlist_ms\tgmo_per_
 for N in "${NS[@]}"; do
 	log "N=$N: building the fixture"
 	echo "=== N=$N" >>"$LOG"
-	truncate -s "$IMG_SIZE" "$TMP/img"
-	mkfs.btrfs -q "$TMP/img" >>"$LOG" 2>&1
-	LOOP=$(losetup -f --show "$TMP/img")
-	MNT=$TMP/mnt-$N
-	mkdir -p "$MNT"
-	mount "$LOOP" "$MNT"
+	make_fs "$IMG_SIZE" "$TMP/mnt-$N"
 	"$TMP/mkfixture" "$MNT" "$N" | tee -a "$LOG" >&2
 
 	# Several starts: a one-shot start time is noisy (see docs/peers.md);
@@ -371,12 +389,7 @@ done
 if [ "$FILES" -gt 0 ]; then
 	log "one subvolume with $FILES files: building the fixture"
 	echo "=== FILES=$FILES" >>"$LOG"
-	truncate -s "$IMG_SIZE" "$TMP/img"
-	mkfs.btrfs -q "$TMP/img" >>"$LOG" 2>&1
-	LOOP=$(losetup -f --show "$TMP/img")
-	MNT=$TMP/mnt-files
-	mkdir -p "$MNT"
-	mount "$LOOP" "$MNT"
+	make_fs "$IMG_SIZE" "$TMP/mnt-files"
 	"$TMP/mkfixture" --files "$MNT" "$FILES" | tee -a "$LOG" >&2
 	scan_row "$FILES files" "$(fs_object "$MNT")/$(btrfs inspect-internal rootid "$MNT/files")" "$MNT/files/d0000/f000001"
 	# What the extent map costs: the files' extents, then a read-only
@@ -392,7 +405,7 @@ fi
 # ---- at rest on many filesystems ------------------------------------------
 # CPU time (all threads, schedstat: ns, not clock ticks) and context
 # switches (each a wake-up of some thread) over IDLE_SEC, nothing changing.
-ctx_switches() { cat /proc/"$1"/task/*/status | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}'; }
+ctx_switches() { cat /proc/"$1"/task/*/status | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {printf "%.0f\n", s}'; }
 if [ "$IDLE_FS" -gt 0 ]; then
 	log "$IDLE_FS filesystems of $IDLE_N subvolumes each: building the fixtures"
 	echo "=== IDLE_FS=$IDLE_FS" >>"$LOG"
@@ -426,8 +439,96 @@ if [ "$IDLE_FS" -gt 0 ]; then
 	teardown_idle
 fi
 
+# ---- --big: what one filesystem of BIG_N subvolumes costs --------------------
+# Peers first (du's atime updates are committed before subvold reads).
+# The first start has an empty --cache-dir: its full scan (as logged), and
+# RSS and peak once that scan is published.  Listing everything: busbench
+# pages (GetSubvolumes, 1000 a page, as subvolctl asks), with subvold's and
+# the bus's CPU per listing, then subvolctl itself.  Then $STARTS starts
+# each with the cache the first start wrote: warm (page cache as it is),
+# and cold (every clean page cache page and dentry dropped before each).
+# GetManagedObjects is not timed: at 100,000 subvolumes its reply is about
+# 100 MiB, past any broker's limit; that is what GetSubvolumes is for.
+BIG_TSV=$RESULTS/big.tsv
+if [ -n "$BIG_N" ]; then
+	log "N=$BIG_N: building the fixture (about 2 minutes at 100,000)"
+	echo "=== BIG_N=$BIG_N" >>"$LOG"
+	make_fs "$BIG_IMG_SIZE" "$TMP/mnt-big"
+	"$TMP/mkfixture" "$MNT" "$BIG_N" | tee -a "$LOG" >&2
+	log "  btrfs subvolume list -p, btrfs filesystem du -s"
+	list_ms=$(RUNS=$BIG_RUNS WARMUP=1 hf_median_ms "btrfs subvolume list -p $MNT") || die "btrfs subvolume list failed"
+	fidu_ms=$(RUNS=1 WARMUP=1 hf_median_ms "btrfs filesystem du -s $MNT") || die "btrfs filesystem du failed"
+	btrfs filesystem sync "$MNT" >/dev/null
+
+	log "  first start, full scan"
+	cache=$TMP/cache-big
+	mkdir -p "$cache"
+	from=$(( $(wc -l <"$LOG") + 1 ))
+	line=$(start_subvold --cache-dir "$cache") || die "subvold did not get ready (see $LOG)"
+	DAEMON_PID=$(field pid "$line")
+	scan_ms=$(wait_log "$from" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
+	fs=$(fs_object "$MNT")
+	until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 "$fs" \
+		org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
+	sleep 1.5   # published, and the cache written
+	rss=$(awk '/^VmRSS/ {print $2}' "/proc/$DAEMON_PID/status")
+	hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
+
+	log "  listing every subvolume"
+	cpu0_d=$(cpu_ns "$DAEMON_PID") cpu0_b=$(cpu_ns "$BUS_PID")
+	pages=$("$TMP/busbench" pages "$ADDR" "$BIG_RUNS" "$fs" 2>>"$LOG") || die "GetSubvolumes failed"
+	pages_cpu_d=$(( ($(cpu_ns "$DAEMON_PID") - cpu0_d) / 1000000 / BIG_RUNS ))
+	pages_cpu_b=$(( ($(cpu_ns "$BUS_PID") - cpu0_b) / 1000000 / BIG_RUNS ))
+	echo "$pages" >>"$LOG"
+	[ "$(field objects "$pages")" = $(( BIG_N + 1 )) ] || die "GetSubvolumes listed $(field objects "$pages") subvolumes"
+	ctl_list_ms=$(RUNS=$BIG_RUNS WARMUP=1 hf_median_ms "$SUBVOLCTL list --no-pager") || die "subvolctl list failed"
+	ctl_metrics_ms=$(RUNS=$BIG_RUNS WARMUP=1 hf_median_ms "$SUBVOLCTL metrics") || die "subvolctl metrics failed"
+
+	log "  starts with the cache: warm, then cold"
+	warm=() cold=()
+	for _ in $(seq "$STARTS"); do
+		stop "$DAEMON_PID"
+		line=$(start_subvold --cache-dir "$cache") || die "subvold did not get ready (see $LOG)"
+		DAEMON_PID=$(field pid "$line")
+		warm+=("$(field ready_ms "$line")")
+	done
+	for _ in $(seq "$STARTS"); do
+		stop "$DAEMON_PID"
+		sync
+		echo 3 >/proc/sys/vm/drop_caches
+		line=$(start_subvold --cache-dir "$cache") || die "subvold did not get ready (see $LOG)"
+		DAEMON_PID=$(field pid "$line")
+		cold+=("$(field ready_ms "$line")")
+	done
+	log "  ready warm: ${warm[*]} ms; cold: ${cold[*]} ms"
+	printf 'N\tcold_ready_ms\twarm_ready_ms\tscan_ms\tbtrfs_fi_du_ms\tscan_per_fi_du\trss_kib\thwm_kib\trss_bytes_per_subvolume\thwm_bytes_per_subvolume\tpages_ms\tlist_ms\tpages_per_list\tpages_cpu_subvold_ms\tpages_cpu_bus_ms\tpages_bytes\tsubvolctl_list_ms\tsubvolctl_metrics_ms\n' >"$BIG_TSV"
+	awk -v OFS='\t' -v n="$BIG_N" -v cold="$(printf '%s\n' "${cold[@]}" | median)" \
+		-v warm="$(printf '%s\n' "${warm[@]}" | median)" -v scan="$scan_ms" -v fidu="$fidu_ms" -v rss="$rss" -v hwm="$hwm" \
+		-v pages="$(field median_us "$pages")" -v list="$list_ms" -v cpud="$pages_cpu_d" -v cpub="$pages_cpu_b" \
+		-v bytes="$(field bytes "$pages")" -v ctl="$ctl_list_ms" -v metrics="$ctl_metrics_ms" 'BEGIN {
+		print n, cold, warm, scan, fidu, sprintf("%.3f", scan / fidu), rss, hwm, int(rss * 1024 / n), int(hwm * 1024 / n),
+		      pages / 1000, list, sprintf("%.2f", pages / 1000 / list), cpud, cpub, bytes, ctl, metrics
+	}' >>"$BIG_TSV"
+	log "  $(tail -1 "$BIG_TSV")"
+	teardown_fs
+fi
+
 # ---- report -----------------------------------------------------------------
 {
+	if [ -f "$BIG_TSV" ]; then
+		awk -F'\t' 'NR == 2 {
+			printf "%d subvolumes on one filesystem (a fifth of them snapshots), quotas off\n", $1
+			printf "  start to ready, with the cache: cold %.0f ms (target: at most 1000), warm %.0f ms (target: at most 300)\n", $2, $3
+			printf "  full scan %.0f ms, btrfs filesystem du -s %.0f ms: %.3fx (target: at most 0.2x)\n", $4, $5, $6
+			printf "  after the scan RSS %.1f MiB (target: at most 48), peak %.1f MiB; per subvolume %d and %d bytes\n",
+			       $7 / 1024, $8 / 1024, $9, $10
+			printf "  every subvolume through GetSubvolumes %.0f ms, btrfs subvolume list -p %.0f ms: %.2fx (target: at most 3x)\n",
+			       $11, $12, $13
+			printf "    CPU per listing: subvold %d ms, dbus-daemon %d ms; %.1f MiB on the bus\n", $14, $15, $16 / 1048576
+			printf "  subvolctl list %.0f ms, subvolctl metrics %.0f ms\n", $17, $18
+		}' "$BIG_TSV"
+	fi
+	[ ${#NS[@]} -gt 0 ] || exit 0
 	printf '%6s %7s %8s %8s %8s %6s %7s %7s %7s %6s %6s %6s %7s %7s %7s %7s\n' \
 		N ready GMO reply "list -p" GMO/ Get "Get" GetId Get/ RSS peak busctl objects "GMO cpu" "GMO cpu" \
 		"" ms ms KiB ms list "µs" "p99 µs" "µs" GetId MiB MiB "GMO ms" "" "subvold" "bus"

@@ -7,6 +7,7 @@
  *        busbench get     ADDRESS CALLS OBJECT INTERFACE PROPERTY
  *        busbench get-while-scanning ADDRESS CALLS OBJECT INTERFACE PROPERTY FILESYSTEM
  *        busbench managed ADDRESS CALLS [OBJECT]
+ *        busbench pages   ADDRESS CALLS FILESYSTEM [PAGE]
  *        busbench startup BINARY [ARG...]
  *
  * getid    org.freedesktop.DBus.GetId on the bus itself: one round trip
@@ -19,7 +20,12 @@
  *          the scan is over before the first call.
  * managed  org.freedesktop.DBus.ObjectManager.GetManagedObjects on OBJECT
  *          (default /org/subvold/Subvold1).
- * get and managed call org.subvold.Subvold1, or $BUSBENCH_DEST when set.
+ * pages    every subvolume of FILESYSTEM (an object path) with all its
+ *          properties, through Filesystem.GetSubvolumes pages of up to PAGE
+ *          (default 1000, as subvolctl asks for): one "call" is the whole
+ *          listing, from the first page to the one whose next id is 0; bytes
+ *          and objects are of the whole last listing.
+ * get, managed and pages call org.subvold.Subvold1, or $BUSBENCH_DEST when set.
  *
  * The call modes connect once, then make CALLS calls back to back, each
  * timed alone (CLOCK_MONOTONIC around sd_bus_call()), and print
@@ -221,6 +227,23 @@ static int cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The entries of a GetSubvolumes page, and its next id. */
+static int count_page(sd_bus_message *m, long *n, uint64_t *ret_next)
+{
+	int r;
+
+	r = sd_bus_message_enter_container(m, 'a', "{oa{sv}}");
+	if (r < 0)
+		return r;
+	while ((r = sd_bus_message_skip(m, "{oa{sv}}")) > 0)
+		(*n)++;
+	if (r >= 0)
+		r = sd_bus_message_exit_container(m);
+	if (r >= 0)
+		r = sd_bus_message_read(m, "t", ret_next);
+	return r;
+}
+
 static int count_objects(sd_bus_message *m, long *ret)
 {
 	long n = 0;
@@ -258,10 +281,13 @@ static int run_calls(int argc, char **argv)
 		return 2;
 	}
 	bool get = !strcmp(mode, "get") || !strcmp(mode, "get-while-scanning");
+	bool pages = !strcmp(mode, "pages");
+	unsigned long page_size = argc > 5 ? strtoul(argv[5], NULL, 10) : 1000;
 	bool while_scanning = !strcmp(mode, "get-while-scanning");
 
 	if ((!strcmp(mode, "get") && argc != 7) || (while_scanning && argc != 8) ||
-	    (!strcmp(mode, "getid") && argc != 4) || (!strcmp(mode, "managed") && argc != 4 && argc != 5)) {
+	    (!strcmp(mode, "getid") && argc != 4) || (!strcmp(mode, "managed") && argc != 4 && argc != 5) ||
+	    (pages && argc != 5 && argc != 6) || page_size < 1 || page_size > UINT32_MAX) {
 		fprintf(stderr, "busbench: wrong number of arguments for %s\n", mode);
 		return 2;
 	}
@@ -308,7 +334,20 @@ static int run_calls(int argc, char **argv)
 		}
 		reply = sd_bus_message_unref(reply);
 		t0 = now_ns();
-		if (!strcmp(mode, "getid"))
+		if (pages) {
+			uint64_t next = 0, bytes, body_bytes;
+
+			objects = 0, total = body = 0;
+			do {
+				reply = sd_bus_message_unref(reply);
+				r = sd_bus_call_method(bus, dest, argv[4], "org.subvold.Subvold1.Filesystem",
+						       "GetSubvolumes", &error, &reply, "tu", next, (uint32_t) page_size);
+				if (r >= 0)
+					r = count_page(reply, &objects, &next);
+				if (r >= 0 && i == calls - 1 && reply_wire_size(reply, &bytes, &body_bytes) >= 0)
+					total += bytes, body += body_bytes;
+			} while (r >= 0 && next != 0);
+		} else if (!strcmp(mode, "getid"))
 			r = sd_bus_call_method(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
 					       "org.freedesktop.DBus", "GetId", &error, &reply, NULL);
 		else if (get)
@@ -331,7 +370,7 @@ static int run_calls(int argc, char **argv)
 		fprintf(stderr, "busbench: the scan was over before the first call\n");
 		return 1;
 	}
-	r = reply_wire_size(reply, &total, &body);
+	r = pages ? 0 : reply_wire_size(reply, &total, &body);
 	if (r >= 0 && !strcmp(mode, "managed"))
 		r = count_objects(reply, &objects);
 	if (r < 0) {
@@ -468,13 +507,15 @@ int main(int argc, char **argv)
 	if (argc >= 2 && !strcmp(argv[1], "startup"))
 		return run_startup(argc, argv);
 	if (argc >= 4 && (!strcmp(argv[1], "getid") || !strcmp(argv[1], "get") ||
-			  !strcmp(argv[1], "get-while-scanning") || !strcmp(argv[1], "managed")))
+			  !strcmp(argv[1], "get-while-scanning") || !strcmp(argv[1], "managed") ||
+			  !strcmp(argv[1], "pages")))
 		return run_calls(argc, argv);
 	fprintf(stderr,
 		"usage: %1$s getid   ADDRESS CALLS\n"
 		"       %1$s get     ADDRESS CALLS OBJECT INTERFACE PROPERTY\n"
 		"       %1$s get-while-scanning ADDRESS CALLS OBJECT INTERFACE PROPERTY FILESYSTEM\n"
 		"       %1$s managed ADDRESS CALLS [OBJECT]\n"
+		"       %1$s pages   ADDRESS CALLS FILESYSTEM [PAGE]\n"
 		"       %1$s startup BINARY [ARG...]\n", argv[0]);
 	return 2;
 }
