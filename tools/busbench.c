@@ -8,6 +8,7 @@
  *        busbench get-while-scanning ADDRESS CALLS OBJECT INTERFACE PROPERTY FILESYSTEM
  *        busbench managed ADDRESS CALLS [OBJECT]
  *        busbench pages   ADDRESS CALLS FILESYSTEM [PAGE]
+ *        busbench byfd    ADDRESS CALLS PATH
  *        busbench startup BINARY [ARG...]
  *
  * getid    org.freedesktop.DBus.GetId on the bus itself: one round trip
@@ -25,7 +26,10 @@
  *          (default 1000, as subvolctl asks for): one "call" is the whole
  *          listing, from the first page to the one whose next id is 0; bytes
  *          and objects are of the whole last listing.
- * get, managed and pages call org.subvold.Subvold1, or $BUSBENCH_DEST when set.
+ * byfd     Manager.GetSubvolumeByFd with an fd of PATH (opened once,
+ *          O_PATH), as a file manager asks for the subvolume of a folder.
+ * get, managed, pages and byfd call org.subvold.Subvold1, or $BUSBENCH_DEST
+ * when set.
  *
  * The call modes connect once, then make CALLS calls back to back, each
  * timed alone (CLOCK_MONOTONIC around sd_bus_call()), and print
@@ -281,13 +285,14 @@ static int run_calls(int argc, char **argv)
 		return 2;
 	}
 	bool get = !strcmp(mode, "get") || !strcmp(mode, "get-while-scanning");
-	bool pages = !strcmp(mode, "pages");
-	unsigned long page_size = argc > 5 ? strtoul(argv[5], NULL, 10) : 1000;
+	bool pages = !strcmp(mode, "pages"), byfd = !strcmp(mode, "byfd");
+	int fd = -1;
+	unsigned long page_size = pages && argc > 5 ? strtoul(argv[5], NULL, 10) : 1000;
 	bool while_scanning = !strcmp(mode, "get-while-scanning");
 
 	if ((!strcmp(mode, "get") && argc != 7) || (while_scanning && argc != 8) ||
 	    (!strcmp(mode, "getid") && argc != 4) || (!strcmp(mode, "managed") && argc != 4 && argc != 5) ||
-	    (pages && argc != 5 && argc != 6) || page_size < 1 || page_size > UINT32_MAX) {
+	    (pages && argc != 5 && argc != 6) || (byfd && argc != 5) || page_size < 1 || page_size > UINT32_MAX) {
 		fprintf(stderr, "busbench: wrong number of arguments for %s\n", mode);
 		return 2;
 	}
@@ -310,6 +315,13 @@ static int run_calls(int argc, char **argv)
 		return 1;
 	}
 
+	if (byfd) {
+		fd = open(argv[4], O_PATH | O_CLOEXEC);
+		if (fd < 0) {
+			fprintf(stderr, "busbench: open %s: %s\n", argv[4], strerror(errno));
+			return 1;
+		}
+	}
 	t = calloc(calls, sizeof *t);
 	if (!t)
 		return 1;
@@ -347,7 +359,10 @@ static int run_calls(int argc, char **argv)
 				if (r >= 0 && i == calls - 1 && reply_wire_size(reply, &bytes, &body_bytes) >= 0)
 					total += bytes, body += body_bytes;
 			} while (r >= 0 && next != 0);
-		} else if (!strcmp(mode, "getid"))
+		} else if (byfd)
+			r = sd_bus_call_method(bus, dest, SUBVOLD_MANAGER, "org.subvold.Subvold1.Manager",
+					       "GetSubvolumeByFd", &error, &reply, "h", fd);
+		else if (!strcmp(mode, "getid"))
 			r = sd_bus_call_method(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
 					       "org.freedesktop.DBus", "GetId", &error, &reply, NULL);
 		else if (get)
@@ -390,6 +405,8 @@ static int run_calls(int argc, char **argv)
 		printf(" objects=%ld", objects);
 	putchar('\n');
 
+	if (fd >= 0)
+		close(fd);
 	free(t);
 	sd_bus_message_unref(reply);
 	sd_bus_flush_close_unref(bus);
@@ -508,7 +525,7 @@ int main(int argc, char **argv)
 		return run_startup(argc, argv);
 	if (argc >= 4 && (!strcmp(argv[1], "getid") || !strcmp(argv[1], "get") ||
 			  !strcmp(argv[1], "get-while-scanning") || !strcmp(argv[1], "managed") ||
-			  !strcmp(argv[1], "pages")))
+			  !strcmp(argv[1], "pages") || !strcmp(argv[1], "byfd")))
 		return run_calls(argc, argv);
 	fprintf(stderr,
 		"usage: %1$s getid   ADDRESS CALLS\n"
@@ -516,6 +533,7 @@ int main(int argc, char **argv)
 		"       %1$s get-while-scanning ADDRESS CALLS OBJECT INTERFACE PROPERTY FILESYSTEM\n"
 		"       %1$s managed ADDRESS CALLS [OBJECT]\n"
 		"       %1$s pages   ADDRESS CALLS FILESYSTEM [PAGE]\n"
+		"       %1$s byfd    ADDRESS CALLS PATH\n"
 		"       %1$s startup BINARY [ARG...]\n", argv[0]);
 	return 2;
 }
