@@ -181,6 +181,13 @@ make_fs() { # SIZE DIR: a new btrfs on a loop device mounted at DIR, as $LOOP an
 	mount "$LOOP" "$MNT"
 }
 fs_object() { echo "/org/subvold/Subvold1/fs/$(btrfs filesystem show "$1" | sed -n 's/.*uuid: \([0-9a-f-]*\).*/\1/p' | tr -d -)"; }
+wait_scanned() { # FS_OBJECT: until subvold publishes that filesystem's ScanProgress as 1
+	until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 "$1" \
+		org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
+}
+status_kib() { # FIELD PID: VmRSS, VmHWM, ... of PID in KiB
+	awk -v f="$1:" '$1 == f {print $2}' "/proc/$2/status"
+}
 wait_log() { # FROM-LINE: until subvold logs a finished scan run after that line; prints the line
 	until tail -n +"$1" "$LOG" | grep -q "Measured the usage"; do sleep 0.05; done
 	tail -n +"$1" "$LOG" | grep -m1 "Measured the usage"
@@ -235,8 +242,8 @@ scan_row() {
 	done
 	scan_ms=$(printf '%s\n' "${scans[@]}" | median)
 	scan_cpu=$(printf '%s\n' "${cpus[@]}" | median)
-	rss=$(awk '/^VmRSS/ {print $2}' "/proc/$DAEMON_PID/status")
-	hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
+	rss=$(status_kib VmRSS "$DAEMON_PID")
+	hwm=$(status_kib VmHWM "$DAEMON_PID")
 	# Another fresh start, with a client reading a property all along.
 	stop "$DAEMON_PID"
 	from=$(( $(wc -l <"$LOG") + 1 ))
@@ -295,8 +302,7 @@ for N in "${NS[@]}"; do
 	# (at most one refresh a second), so that it does not run under the
 	# measurements below.
 	fs=$(fs_object "$MNT")
-	until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 "$fs" \
-		org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
+	wait_scanned "$fs"
 	sleep 1.5
 
 	# A subvolume from the middle, so no first/last shortcut flatters Get.
@@ -313,8 +319,8 @@ for N in "${NS[@]}"; do
 		|| die "Get on $object failed"
 	getid=$(pinned "$TMP/busbench" getid "$ADDR" "$GET_CALLS" 2>>"$LOG") || die "GetId failed"
 	printf '%s\n' "$gmo" "$get" "$getid" >>"$LOG"
-	rss=$(awk '/^VmRSS/ {print $2}' "/proc/$DAEMON_PID/status")
-	hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
+	rss=$(status_kib VmRSS "$DAEMON_PID")
+	hwm=$(status_kib VmHWM "$DAEMON_PID")
 
 	idle=-
 	if [ "$N" = "$IDLE_N" ]; then
@@ -424,8 +430,7 @@ if [ "$IDLE_FS" -gt 0 ]; then
 	DAEMON_PID=$(field pid "$line")
 	for i in $(seq "$IDLE_FS"); do
 		fs=$(fs_object "$IDLE_DIR/mnt-$i")
-		until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 "$fs" \
-			org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
+		wait_scanned "$fs"
 	done
 	sleep 5   # the scans' results published and the caches written
 	log "  idle CPU and wake-ups over ${IDLE_SEC} s"
@@ -468,11 +473,10 @@ if [ -n "$BIG_N" ]; then
 	DAEMON_PID=$(field pid "$line")
 	scan_ms=$(wait_log "$from" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
 	fs=$(fs_object "$MNT")
-	until [ "$(busctl --address="$ADDR" get-property org.subvold.Subvold1 "$fs" \
-		org.subvold.Subvold1.Filesystem ScanProgress 2>/dev/null)" = "d 1" ]; do sleep 0.1; done
+	wait_scanned "$fs"
 	sleep 1.5   # published, and the cache written
-	rss=$(awk '/^VmRSS/ {print $2}' "/proc/$DAEMON_PID/status")
-	hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
+	rss=$(status_kib VmRSS "$DAEMON_PID")
+	hwm=$(status_kib VmHWM "$DAEMON_PID")
 
 	log "  listing every subvolume"
 	cpu0_d=$(cpu_ns "$DAEMON_PID") cpu0_b=$(cpu_ns "$BUS_PID")
