@@ -290,8 +290,8 @@ MUTATIONS = {
         ["test_hostile"]),
     "one-deep-subvolume-fails-all": (
         "daemon/fs-btrfs.c",
-        "                if (e->failed) {\n                        if (skipped++ == 0)",
-        "                if (e->failed) {\n                        return -ENAMETOOLONG;\n                        if (skipped++ == 0)",
+        "                if (t.links[i].failed && skipped++ == 0)",
+        "                if (t.links[i].failed)\n                        return -ENAMETOOLONG;\n                if (t.links[i].failed && skipped++ == 0)",
         ["test_hostile"]),
     "path-max-not-checked": (
         "daemon/bus-manager.c",
@@ -420,13 +420,13 @@ MUTATIONS = {
         ["test_faults"]),
     "unreadable-filesystem-not-retried": (
         "daemon/discover.c",
-        "                            (error), __VA_ARGS__), 1)",
-        "                            (error), __VA_ARGS__), 0)",
+        "LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 1)",
+        "LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 0)",
         ["test_faults"]),
     "unreadable-filesystem-warned-every-second": (
         "daemon/discover.c",
-        "(log_errno_internal(failed_before(previous, (mount)->id) ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING,",
-        "(log_errno_internal(LOG_LEVEL_WARNING,",
+        "(log_errno_internal((error) == -ESTALE || failed_before(previous, (mount)->id) ?",
+        "(log_errno_internal((error) == -ESTALE ?",
         ["test_faults"]),
     "clock-set-back-means-recent": (
         "daemon/discover.c",
@@ -457,8 +457,8 @@ MUTATIONS = {
         ["test_clients"]),
     "last-subvolume-unpublished": (
         "daemon/fs-btrfs.c",
-        "        for (size_t i = 0; i < t.n; i++) {\n                RootEntry *e = &t.entries[i];",
-        "        for (size_t i = 0; i + 1 < t.n; i++) {\n                RootEntry *e = &t.entries[i];",
+        "                if (!fs->subvolumes[i].path) {",
+        "                if (!fs->subvolumes[i].path || i + 1 == fs->n_subvolumes) {",
         ["test_daemon"]),
     "generation-check-keeps-its-fd": (
         "daemon/watch.c",
@@ -537,8 +537,8 @@ MUTATIONS = {
         ["test_subvolctl"]),
     "name-copied-as-c-string": (
         "daemon/fs-btrfs.c",
-        "last->name = memdup_suffix0((const char *) data + sizeof ref, len);",
-        "last->name = strndup((const char *) data + sizeof ref, len);",
+        "link->name = memdup_suffix0((const char *) data + sizeof ref, len);",
+        "link->name = strndup((const char *) data + sizeof ref, len);",
         ["test-fs-btrfs"], "sanitize"),
 }
 
