@@ -8,15 +8,14 @@
 # usage: sudo tools/broker-bench.sh [N]   (default: 10000 subvolumes)
 # env:   GMO_CALLS=20 GET_CALLS=1000 RUNS=10
 #        BENCH_ROOT_CACHE  where the container's Debian root is kept between
-#                          runs (default /var/tmp/subvold-bench-root)
+#                          runs (see container.sh)
 #
 # dbus-broker's launcher needs systemd, so both brokers run in a Debian 12
-# container booted with systemd-nspawn (debootstrap --variant=minbase with
-# systemd, dbus and dbus-broker, from the machine's own Debian mirror; built
-# once, then copied).  subvold is built from this checkout and installed
-# into it with meson install, its unit and bus policy as shipped, with one
-# drop-in: --max-message-size=32M, dbus-daemon's system bus limit, or
-# GetManagedObjects at 10,000 subvolumes is refused.  The fixture (mkfixture:
+# container booted with systemd-nspawn (tools/container.sh).  subvold is
+# built from this checkout and installed into it with meson install, its
+# unit and bus policy as shipped, with one drop-in: --max-message-size=32M,
+# dbus-daemon's system bus limit, or GetManagedObjects at 10,000 subvolumes
+# is refused.  The fixture (mkfixture:
 # N subvolumes, a fifth of them snapshots) is a loop btrfs bound into the
 # container at /bench.  The container boots twice from the same root: once
 # with dbus.service as Debian ships it (dbus-daemon), once aliased to
@@ -28,8 +27,6 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 N=${1:-10000}
 GMO_CALLS=${GMO_CALLS:-20} GET_CALLS=${GET_CALLS:-1000} RUNS=${RUNS:-10}
-ROOT_CACHE=${BENCH_ROOT_CACHE:-/var/tmp/subvold-bench-root}
-PACKAGES=systemd,systemd-sysv,dbus,dbus-broker,libsystemd0,libbtrfsutil1
 
 die() { echo "broker-bench.sh: $*" >&2; exit 1; }
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -39,15 +36,9 @@ for c in debootstrap systemd-nspawn nsenter meson gcc pkg-config mkfs.btrfs btrf
 done
 
 TMP=$(mktemp -d /tmp/subvold-broker-bench.XXXXXX)
-NSPAWN_PID='' LOOP='' FIXTURE=$TMP/fixture ROOT=$TMP/root
-stop_container() {
-	[ -n "$NSPAWN_PID" ] || return 0
-	kill "$NSPAWN_PID" 2>/dev/null || true   # nspawn powers the container off
-	for _ in $(seq 600); do kill -0 "$NSPAWN_PID" 2>/dev/null || break; sleep 0.1; done
-	kill -9 "$NSPAWN_PID" 2>/dev/null || true
-	wait "$NSPAWN_PID" 2>/dev/null || true
-	NSPAWN_PID=
-}
+LOOP='' FIXTURE=$TMP/fixture ROOT=$TMP/root
+# shellcheck source=tools/container.sh
+. "$REPO/tools/container.sh"
 cleanup() {
 	set +e
 	stop_container
@@ -63,33 +54,10 @@ LOG=$RESULTS/broker-log.txt
 : >"$LOG"
 
 # ---- the container's root: built once, copied for each run -----------------
-mirror() { # the machine's Debian mirror, from its apt sources
-	local m
-	m=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1)
-	[ -n "$m" ] || m=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-	[ -n "$m" ] || die "no Debian mirror in the apt sources"
-	echo "$m"
-}
-if [ ! -d "$ROOT_CACHE" ]; then
-	log "debootstrap (once; kept in $ROOT_CACHE)"
-	debootstrap --variant=minbase --include="$PACKAGES" bookworm "$ROOT_CACHE.tmp" "$(mirror)" >>"$LOG" 2>&1 \
-		|| die "debootstrap failed (see $LOG)"
-	mv "$ROOT_CACHE.tmp" "$ROOT_CACHE"
-fi
-cp -a "$ROOT_CACHE" "$ROOT"
-
-log "building subvold and busbench"
-meson setup "$TMP/build" "$REPO" --prefix=/usr -Dtests=false -Dnautilus=disabled -Dbuildtype=debugoptimized >>"$LOG"
-meson compile -C "$TMP/build" >>"$LOG"
-meson install -C "$TMP/build" --destdir "$ROOT" --no-rebuild >>"$LOG"
-read -ra LIBSYSTEMD <<<"$(pkg-config --cflags --libs libsystemd)"
-gcc -O2 -Wall -o "$ROOT/usr/local/bin/busbench" "$REPO/tools/busbench.c" "${LIBSYSTEMD[@]}"
+container_root "$ROOT"
+container_install_subvold "$ROOT"
 read -ra BTRFSUTIL <<<"$(pkg-config --cflags --libs libbtrfsutil)"
 gcc -O2 -Wall -o "$TMP/mkfixture" "$REPO/tools/mkfixture.c" "${BTRFSUTIL[@]}"
-exec_start=$(sed -n 's/^ExecStart=//p' "$TMP/build/units/subvold.service")
-mkdir -p "$ROOT/etc/systemd/system/subvold.service.d"
-printf '[Service]\nExecStart=\nExecStart=%s --max-message-size=32M\n' "$exec_start" \
-	>"$ROOT/etc/systemd/system/subvold.service.d/bench.conf"
 
 log "N=$N: building the fixture"
 truncate -s 4G "$TMP/img"
@@ -108,44 +76,20 @@ middle=vol/v$(printf %06d $(( (N - N / 5 + 1) / 2 )))
 object=$fs/$(btrfs inspect-internal rootid "$FIXTURE/$middle")
 
 # ---- one boot per broker ----------------------------------------------------
-INIT=''
-inside() { nsenter -t "$INIT" -a env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
-find_init() { # the container's systemd: the child of nspawn named systemd
-	local p
-	for p in $(pgrep -P "$NSPAWN_PID" -x systemd); do INIT=$p; return 0; done
-	return 1
-}
-boot() { # BROKER: daemon or broker
+boot_with() { # BROKER: daemon or broker
 	if [ "$1" = broker ]; then
 		ln -sf /lib/systemd/system/dbus-broker.service "$ROOT/etc/systemd/system/dbus.service"
 	else
 		rm -f "$ROOT/etc/systemd/system/dbus.service"
 	fi
-	systemd-nspawn --register=no --keep-unit --boot --console=pipe --machine="subvold-bench-$$" -D "$ROOT" \
-		--bind="$FIXTURE:/bench" </dev/null >>"$LOG" 2>&1 &
-	NSPAWN_PID=$!
-	for _ in $(seq 600); do find_init && break; kill -0 "$NSPAWN_PID" || die "nspawn exited (see $LOG)"; sleep 0.1; done
-	[ -n "$INIT" ] || die "no init in the container"
-	for _ in $(seq 1200); do
-		case "$(inside systemctl is-system-running 2>/dev/null || true)" in running|degraded) return 0 ;; esac
-		sleep 0.1
-	done
-	die "the container did not boot (see $LOG)"
-}
-cpu_ns() { # CPU time of all threads of PID in the container, ns (schedstat)
-	# shellcheck disable=SC2016 # expanded by the container's shell
-	inside sh -c 'cat /proc/"$1"/task/*/schedstat' sh "$1" | awk '{s += $1} END {printf "%.0f\n", s}'
-}
-comm_pid() { # the pid of the process named COMM in the container (minbase has no pgrep)
-	# shellcheck disable=SC2016 # expanded by the container's shell
-	inside sh -c 'for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"; done; true' sh "$1"
+	boot "$ROOT" --bind="$FIXTURE:/bench"
 }
 TSV=$RESULTS/brokers.tsv
 printf 'broker\tgmo_ms\tgmo_p99_ms\tgmo_cpu_subvold_ms\tgmo_cpu_broker_ms\tget_us\tget_p99_us\tget_cpu_subvold_us\tget_cpu_broker_us\tbyfd_us\tbyfd_p99_us\tbyfd_cpu_subvold_us\tbyfd_cpu_broker_us\tgetid_us\tlist_ms\n' >"$TSV"
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 for broker in daemon broker; do
 	log "booting with dbus-$broker"
-	boot "$broker"
+	boot_with "$broker"
 	addr=unix:path=/run/dbus/system_bus_socket
 	# The broker proper: dbus-daemon, or dbus-broker (its launcher is the
 	# unit's main process and does nothing per call).

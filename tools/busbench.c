@@ -9,6 +9,9 @@
  *        busbench managed ADDRESS CALLS [OBJECT]
  *        busbench pages   ADDRESS CALLS FILESYSTEM [PAGE]
  *        busbench byfd    ADDRESS CALLS PATH
+ *        busbench snapshots ADDRESS CALLS FILESYSTEM SUBVOLUME
+ *        busbench udisks  ADDRESS CALLS OBJECT
+ *        busbench snapper ADDRESS CALLS CONFIG
  *        busbench startup BINARY [ARG...]
  *
  * getid    org.freedesktop.DBus.GetId on the bus itself: one round trip
@@ -28,8 +31,16 @@
  *          and objects are of the whole last listing.
  * byfd     Manager.GetSubvolumeByFd with an fd of PATH (opened once,
  *          O_PATH), as a file manager asks for the subvolume of a folder.
- * get, managed, pages and byfd call org.subvold.Subvold1, or $BUSBENCH_DEST
- * when set.
+ * snapshots
+ *          the snapshots taken of SUBVOLUME (an object path), as a client
+ *          finds them: the pages of FILESYSTEM as above, keeping the entries
+ *          whose SnapshotSource is SUBVOLUME; objects is how many.
+ * udisks   org.freedesktop.UDisks2.Filesystem.BTRFS.GetSubvolumes(false, {})
+ *          of OBJECT (a block device of udisksd), the peer of pages.
+ * snapper  org.opensuse.Snapper.ListSnapshots(CONFIG) of snapperd, the
+ *          peer of snapshots.
+ * get, managed, pages, snapshots and byfd call org.subvold.Subvold1, or
+ * $BUSBENCH_DEST when set; udisks and snapper call their own services.
  *
  * The call modes connect once, then make CALLS calls back to back, each
  * timed alone (CLOCK_MONOTONIC around sd_bus_call()), and print
@@ -231,16 +242,56 @@ static int cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The entries of a GetSubvolumes page, and its next id. */
-static int count_page(sd_bus_message *m, long *n, uint64_t *ret_next)
+/* Whether the properties (a{sv}, entered) say SnapshotSource is @source. */
+static int snapshot_of(sd_bus_message *m, const char *source)
+{
+	bool match = false;
+	const char *name, *path;
+	int r;
+
+	while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+		r = sd_bus_message_read(m, "s", &name);
+		if (r >= 0 && !strcmp(name, "SnapshotSource")) {
+			r = sd_bus_message_read(m, "v", "o", &path);
+			match = r >= 0 && !strcmp(path, source);
+		} else if (r >= 0)
+			r = sd_bus_message_skip(m, "v");
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		if (r < 0)
+			return r;
+	}
+	return r < 0 ? r : match;
+}
+
+/* The entries of a GetSubvolumes page (those that are snapshots of
+ * @source, when given), and its next id. */
+static int count_page(sd_bus_message *m, const char *source, long *n, uint64_t *ret_next)
 {
 	int r;
 
 	r = sd_bus_message_enter_container(m, 'a', "{oa{sv}}");
 	if (r < 0)
 		return r;
-	while ((r = sd_bus_message_skip(m, "{oa{sv}}")) > 0)
-		(*n)++;
+	if (!source)
+		while ((r = sd_bus_message_skip(m, "{oa{sv}}")) > 0)
+			(*n)++;
+	else
+		while ((r = sd_bus_message_enter_container(m, 'e', "oa{sv}")) > 0) {
+			r = sd_bus_message_skip(m, "o");
+			if (r >= 0)
+				r = sd_bus_message_enter_container(m, 'a', "{sv}");
+			if (r >= 0)
+				r = snapshot_of(m, source);
+			if (r > 0)
+				(*n)++;
+			if (r >= 0)
+				r = sd_bus_message_exit_container(m);
+			if (r >= 0)
+				r = sd_bus_message_exit_container(m);
+			if (r < 0)
+				return r;
+		}
 	if (r >= 0)
 		r = sd_bus_message_exit_container(m);
 	if (r >= 0)
@@ -248,18 +299,24 @@ static int count_page(sd_bus_message *m, long *n, uint64_t *ret_next)
 	return r;
 }
 
+/* The entries of the reply's first argument, an array. */
 static int count_objects(sd_bus_message *m, long *ret)
 {
+	const char *contents;
 	long n = 0;
+	char type;
 	int r;
 
 	r = sd_bus_message_rewind(m, true);
+	if (r >= 0)
+		r = sd_bus_message_peek_type(m, &type, &contents);
+	if (r >= 0 && type != 'a')
+		r = -EBADMSG;
+	if (r >= 0)
+		r = sd_bus_message_enter_container(m, 'a', contents);
 	if (r < 0)
 		return r;
-	r = sd_bus_message_enter_container(m, 'a', "{oa{sa{sv}}}");
-	if (r < 0)
-		return r;
-	while ((r = sd_bus_message_skip(m, "{oa{sa{sv}}}")) > 0)
+	while ((r = sd_bus_message_skip(m, contents)) > 0)
 		n++;
 	if (r < 0)
 		return r;
@@ -285,14 +342,17 @@ static int run_calls(int argc, char **argv)
 		return 2;
 	}
 	bool get = !strcmp(mode, "get") || !strcmp(mode, "get-while-scanning");
-	bool pages = !strcmp(mode, "pages"), byfd = !strcmp(mode, "byfd");
+	bool snapshots = !strcmp(mode, "snapshots");
+	bool pages = !strcmp(mode, "pages") || snapshots, byfd = !strcmp(mode, "byfd");
+	bool udisks = !strcmp(mode, "udisks"), snapper = !strcmp(mode, "snapper");
 	int fd = -1;
-	unsigned long page_size = pages && argc > 5 ? strtoul(argv[5], NULL, 10) : 1000;
+	unsigned long page_size = pages && !snapshots && argc > 5 ? strtoul(argv[5], NULL, 10) : 1000;
 	bool while_scanning = !strcmp(mode, "get-while-scanning");
 
 	if ((!strcmp(mode, "get") && argc != 7) || (while_scanning && argc != 8) ||
 	    (!strcmp(mode, "getid") && argc != 4) || (!strcmp(mode, "managed") && argc != 4 && argc != 5) ||
-	    (pages && argc != 5 && argc != 6) || (byfd && argc != 5) || page_size < 1 || page_size > UINT32_MAX) {
+	    (pages && !snapshots && argc != 5 && argc != 6) || (snapshots && argc != 6) ||
+	    ((byfd || udisks || snapper) && argc != 5) || page_size < 1 || page_size > UINT32_MAX) {
 		fprintf(stderr, "busbench: wrong number of arguments for %s\n", mode);
 		return 2;
 	}
@@ -355,13 +415,20 @@ static int run_calls(int argc, char **argv)
 				r = sd_bus_call_method(bus, dest, argv[4], "org.subvold.Subvold1.Filesystem",
 						       "GetSubvolumes", &error, &reply, "tu", next, (uint32_t) page_size);
 				if (r >= 0)
-					r = count_page(reply, &objects, &next);
+					r = count_page(reply, snapshots ? argv[5] : NULL, &objects, &next);
 				if (r >= 0 && i == calls - 1 && reply_wire_size(reply, &bytes, &body_bytes) >= 0)
 					total += bytes, body += body_bytes;
 			} while (r >= 0 && next != 0);
 		} else if (byfd)
 			r = sd_bus_call_method(bus, dest, SUBVOLD_MANAGER, "org.subvold.Subvold1.Manager",
 					       "GetSubvolumeByFd", &error, &reply, "h", fd);
+		else if (udisks)
+			r = sd_bus_call_method(bus, "org.freedesktop.UDisks2", argv[4],
+					       "org.freedesktop.UDisks2.Filesystem.BTRFS", "GetSubvolumes",
+					       &error, &reply, "ba{sv}", false, 0);
+		else if (snapper)
+			r = sd_bus_call_method(bus, "org.opensuse.Snapper", "/org/opensuse/Snapper",
+					       "org.opensuse.Snapper", "ListSnapshots", &error, &reply, "s", argv[4]);
 		else if (!strcmp(mode, "getid"))
 			r = sd_bus_call_method(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
 					       "org.freedesktop.DBus", "GetId", &error, &reply, NULL);
@@ -386,7 +453,7 @@ static int run_calls(int argc, char **argv)
 		return 1;
 	}
 	r = pages ? 0 : reply_wire_size(reply, &total, &body);
-	if (r >= 0 && !strcmp(mode, "managed"))
+	if (r >= 0 && (!strcmp(mode, "managed") || udisks || snapper))
 		r = count_objects(reply, &objects);
 	if (r < 0) {
 		fprintf(stderr, "busbench: reading the reply: %s\n", strerror(-r));
@@ -525,7 +592,8 @@ int main(int argc, char **argv)
 		return run_startup(argc, argv);
 	if (argc >= 4 && (!strcmp(argv[1], "getid") || !strcmp(argv[1], "get") ||
 			  !strcmp(argv[1], "get-while-scanning") || !strcmp(argv[1], "managed") ||
-			  !strcmp(argv[1], "pages") || !strcmp(argv[1], "byfd")))
+			  !strcmp(argv[1], "pages") || !strcmp(argv[1], "byfd") || !strcmp(argv[1], "snapshots") ||
+			  !strcmp(argv[1], "udisks") || !strcmp(argv[1], "snapper")))
 		return run_calls(argc, argv);
 	fprintf(stderr,
 		"usage: %1$s getid   ADDRESS CALLS\n"
@@ -534,6 +602,9 @@ int main(int argc, char **argv)
 		"       %1$s managed ADDRESS CALLS [OBJECT]\n"
 		"       %1$s pages   ADDRESS CALLS FILESYSTEM [PAGE]\n"
 		"       %1$s byfd    ADDRESS CALLS PATH\n"
+		"       %1$s snapshots ADDRESS CALLS FILESYSTEM SUBVOLUME\n"
+		"       %1$s udisks  ADDRESS CALLS OBJECT\n"
+		"       %1$s snapper ADDRESS CALLS CONFIG\n"
 		"       %1$s startup BINARY [ARG...]\n", argv[0]);
 	return 2;
 }
