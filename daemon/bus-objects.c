@@ -324,6 +324,8 @@ static int method_get_written_since(sd_bus_message *message, void *userdata, sd_
         return sd_bus_reply_method_return(message, "t", u && since ? extent_map_written_since(u, since) : UINT64_MAX);
 }
 
+static int method_get_snapshots(sd_bus_message *message, void *userdata, sd_bus_error *error);
+
 static const sd_bus_vtable subvolume_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Filesystem", "o", property_sv_filesystem, 0, SD_BUS_VTABLE_PROPERTY_CONST),
@@ -359,6 +361,9 @@ static const sd_bus_vtable subvolume_vtable[] = {
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetWrittenSince", SD_BUS_ARGS("o", snapshot), SD_BUS_RESULT("t", bytes),
                                 method_get_written_since, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetSnapshots", SD_BUS_ARGS("t", start_id, "u", max_count),
+                                SD_BUS_RESULT("a{oa{sv}}", snapshots, "t", next_id), method_get_snapshots,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 
@@ -545,11 +550,22 @@ static int method_get_managed_objects(sd_bus_message *message, void *userdata, s
         return sd_bus_send(NULL, reply, NULL);
 }
 
-static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-        Filesystem *fs = userdata;
+/* Whether @sv is listed on a page of @source's snapshots (any subvolume
+ * when @source is NULL). */
+static bool page_member(const Subvolume *sv, const Subvolume *source) {
+        return !source || sv->snapshot_source == source;
+}
+
+/* The reply of GetSubvolumes and GetSnapshots: the subvolumes of @fs (the
+ * snapshots of @source only, unless NULL) from id @start_id on, as many
+ * as asked for and fit in one message, always one while any is left, and
+ * the id to go on from.  A filtered page walks every subvolume from
+ * @start_id: O(subvolumes of the filesystem), as GetManagedObjects. */
+static int reply_subvolume_page(sd_bus_message *message, Filesystem *fs, const Subvolume *source,
+                                sd_bus_error *error) {
         _cleanup_(sd_bus_message_unrefp_) sd_bus_message *reply = NULL;
         char buf[BUS_OBJECT_PATH_MAX];
-        size_t i, end, size = MESSAGE_OVERHEAD;
+        size_t i, end, count = 0, size = MESSAGE_OVERHEAD;
         uint64_t start_id;
         uint32_t max_count;
         int r;
@@ -560,12 +576,18 @@ static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus
         if (max_count == 0)
                 return sd_bus_error_set(error, SUBVOLD_ERROR_INVALID_ARGUMENT,
                                         "max_count is 0; ask for at least one subvolume.");
-        /* As many as asked for and fit in one message; always one. */
         i = end = sorted_lower_bound(fs->subvolumes, fs->n_subvolumes, sizeof(Subvolume), offsetof(Subvolume, id),
                                      start_id);
-        while (end < fs->n_subvolumes && end - i < max_count &&
-               (end == i || size + subvolume_bound(&fs->subvolumes[end]) <= max_message_size))
-                size += subvolume_bound(&fs->subvolumes[end++]);
+        for (; end < fs->n_subvolumes; end++) {
+                const Subvolume *sv = &fs->subvolumes[end];
+
+                if (!page_member(sv, source))
+                        continue;
+                if (count == max_count || (count > 0 && size + subvolume_bound(sv) > max_message_size))
+                        break;
+                size += subvolume_bound(sv);
+                count++;
+        }
 
         r = sd_bus_message_new_method_return(message, &reply);
         if (r >= 0)
@@ -573,6 +595,8 @@ static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus
         for (; r >= 0 && i < end; i++) {
                 Subvolume *sv = &fs->subvolumes[i];
 
+                if (!page_member(sv, source))
+                        continue;
                 r = sd_bus_message_open_container(reply, 'e', "oa{sv}");
                 if (r >= 0)
                         r = sd_bus_message_append(reply, "o", bus_subvolume_path(sv, buf));
@@ -588,6 +612,16 @@ static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus
         if (r < 0)
                 return r;
         return sd_bus_send(NULL, reply, NULL);
+}
+
+static int method_get_subvolumes(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        return reply_subvolume_page(message, userdata, NULL, error);
+}
+
+static int method_get_snapshots(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Subvolume *sv = userdata;
+
+        return reply_subvolume_page(message, sv->filesystem, sv, error);
 }
 
 static int cmp_id(const void *a, const void *b) {

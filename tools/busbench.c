@@ -9,7 +9,7 @@
  *        busbench managed ADDRESS CALLS [OBJECT]
  *        busbench pages   ADDRESS CALLS FILESYSTEM [PAGE]
  *        busbench byfd    ADDRESS CALLS PATH
- *        busbench snapshots ADDRESS CALLS FILESYSTEM SUBVOLUME
+ *        busbench snapshots ADDRESS CALLS SUBVOLUME [PAGE]
  *        busbench udisks  ADDRESS CALLS OBJECT
  *        busbench snapper ADDRESS CALLS CONFIG
  *        busbench startup BINARY [ARG...]
@@ -32,9 +32,8 @@
  * byfd     Manager.GetSubvolumeByFd with an fd of PATH (opened once,
  *          O_PATH), as a file manager asks for the subvolume of a folder.
  * snapshots
- *          the snapshots taken of SUBVOLUME (an object path), as a client
- *          finds them: the pages of FILESYSTEM as above, keeping the entries
- *          whose SnapshotSource is SUBVOLUME; objects is how many.
+ *          the snapshots taken of SUBVOLUME (an object path) with all their
+ *          properties: Subvolume.GetSnapshots, paged as above.
  * udisks   org.freedesktop.UDisks2.Filesystem.BTRFS.GetSubvolumes(false, {})
  *          of OBJECT (a block device of udisksd), the peer of pages.
  * snapper  org.opensuse.Snapper.ListSnapshots(CONFIG) of snapperd, the
@@ -242,56 +241,16 @@ static int cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Whether the properties (a{sv}, entered) say SnapshotSource is @source. */
-static int snapshot_of(sd_bus_message *m, const char *source)
-{
-	bool match = false;
-	const char *name, *path;
-	int r;
-
-	while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-		r = sd_bus_message_read(m, "s", &name);
-		if (r >= 0 && !strcmp(name, "SnapshotSource")) {
-			r = sd_bus_message_read(m, "v", "o", &path);
-			match = r >= 0 && !strcmp(path, source);
-		} else if (r >= 0)
-			r = sd_bus_message_skip(m, "v");
-		if (r >= 0)
-			r = sd_bus_message_exit_container(m);
-		if (r < 0)
-			return r;
-	}
-	return r < 0 ? r : match;
-}
-
-/* The entries of a GetSubvolumes page (those that are snapshots of
- * @source, when given), and its next id. */
-static int count_page(sd_bus_message *m, const char *source, long *n, uint64_t *ret_next)
+/* The entries of a GetSubvolumes or GetSnapshots page, and its next id. */
+static int count_page(sd_bus_message *m, long *n, uint64_t *ret_next)
 {
 	int r;
 
 	r = sd_bus_message_enter_container(m, 'a', "{oa{sv}}");
 	if (r < 0)
 		return r;
-	if (!source)
-		while ((r = sd_bus_message_skip(m, "{oa{sv}}")) > 0)
-			(*n)++;
-	else
-		while ((r = sd_bus_message_enter_container(m, 'e', "oa{sv}")) > 0) {
-			r = sd_bus_message_skip(m, "o");
-			if (r >= 0)
-				r = sd_bus_message_enter_container(m, 'a', "{sv}");
-			if (r >= 0)
-				r = snapshot_of(m, source);
-			if (r > 0)
-				(*n)++;
-			if (r >= 0)
-				r = sd_bus_message_exit_container(m);
-			if (r >= 0)
-				r = sd_bus_message_exit_container(m);
-			if (r < 0)
-				return r;
-		}
+	while ((r = sd_bus_message_skip(m, "{oa{sv}}")) > 0)
+		(*n)++;
 	if (r >= 0)
 		r = sd_bus_message_exit_container(m);
 	if (r >= 0)
@@ -299,7 +258,6 @@ static int count_page(sd_bus_message *m, const char *source, long *n, uint64_t *
 	return r;
 }
 
-/* The entries of the reply's first argument, an array. */
 static int count_objects(sd_bus_message *m, long *ret)
 {
 	const char *contents;
@@ -346,13 +304,13 @@ static int run_calls(int argc, char **argv)
 	bool pages = !strcmp(mode, "pages") || snapshots, byfd = !strcmp(mode, "byfd");
 	bool udisks = !strcmp(mode, "udisks"), snapper = !strcmp(mode, "snapper");
 	int fd = -1;
-	unsigned long page_size = pages && !snapshots && argc > 5 ? strtoul(argv[5], NULL, 10) : 1000;
+	unsigned long page_size = pages && argc > 5 ? strtoul(argv[5], NULL, 10) : 1000;
 	bool while_scanning = !strcmp(mode, "get-while-scanning");
 
 	if ((!strcmp(mode, "get") && argc != 7) || (while_scanning && argc != 8) ||
 	    (!strcmp(mode, "getid") && argc != 4) || (!strcmp(mode, "managed") && argc != 4 && argc != 5) ||
-	    (pages && !snapshots && argc != 5 && argc != 6) || (snapshots && argc != 6) ||
-	    ((byfd || udisks || snapper) && argc != 5) || page_size < 1 || page_size > UINT32_MAX) {
+	    (pages && argc != 5 && argc != 6) || ((byfd || udisks || snapper) && argc != 5) ||
+	    page_size < 1 || page_size > UINT32_MAX) {
 		fprintf(stderr, "busbench: wrong number of arguments for %s\n", mode);
 		return 2;
 	}
@@ -412,10 +370,12 @@ static int run_calls(int argc, char **argv)
 			objects = 0, total = body = 0;
 			do {
 				reply = sd_bus_message_unref(reply);
-				r = sd_bus_call_method(bus, dest, argv[4], "org.subvold.Subvold1.Filesystem",
-						       "GetSubvolumes", &error, &reply, "tu", next, (uint32_t) page_size);
+				r = sd_bus_call_method(bus, dest, argv[4],
+						       snapshots ? "org.subvold.Subvold1.Subvolume" : "org.subvold.Subvold1.Filesystem",
+						       snapshots ? "GetSnapshots" : "GetSubvolumes", &error, &reply, "tu", next,
+						       (uint32_t) page_size);
 				if (r >= 0)
-					r = count_page(reply, snapshots ? argv[5] : NULL, &objects, &next);
+					r = count_page(reply, &objects, &next);
 				if (r >= 0 && i == calls - 1 && reply_wire_size(reply, &bytes, &body_bytes) >= 0)
 					total += bytes, body += body_bytes;
 			} while (r >= 0 && next != 0);
@@ -602,7 +562,7 @@ int main(int argc, char **argv)
 		"       %1$s managed ADDRESS CALLS [OBJECT]\n"
 		"       %1$s pages   ADDRESS CALLS FILESYSTEM [PAGE]\n"
 		"       %1$s byfd    ADDRESS CALLS PATH\n"
-		"       %1$s snapshots ADDRESS CALLS FILESYSTEM SUBVOLUME\n"
+		"       %1$s snapshots ADDRESS CALLS SUBVOLUME [PAGE]\n"
 		"       %1$s udisks  ADDRESS CALLS OBJECT\n"
 		"       %1$s snapper ADDRESS CALLS CONFIG\n"
 		"       %1$s startup BINARY [ARG...]\n", argv[0]);

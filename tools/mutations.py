@@ -108,8 +108,8 @@ MUTATIONS = {
         ["test_scale"]),
     "pages-never-shortened": (
         "daemon/bus-objects.c",
-        "(end == i || size + subvolume_bound(&fs->subvolumes[end]) <= max_message_size)",
-        "true",
+        "if (count == max_count || (count > 0 && size + subvolume_bound(sv) > max_message_size))",
+        "if (count == max_count)",
         ["test_scale"]),
     "subvolctl-skips-the-last-page": (
         "subvolctl/objects.c",
@@ -540,6 +540,32 @@ MUTATIONS = {
         "link->name = memdup_suffix0((const char *) data + sizeof ref, len);",
         "link->name = strndup((const char *) data + sizeof ref, len);",
         ["test-fs-btrfs"], "sanitize"),
+    "snapshots-of-snapshots-listed": (
+        "daemon/bus-objects.c",
+        "return !source || sv->snapshot_source == source;",
+        "return !source || sv->snapshot_source == source ||\n"
+        "               (sv->snapshot_source && sv->snapshot_source->snapshot_source == source);",
+        ["test_enumeration"]),
+    "snapshot-page-one-too-many": (
+        "daemon/bus-objects.c",
+        "if (count == max_count || (count > 0 && size + subvolume_bound(sv) > max_message_size))",
+        "if (count == max_count + 1 || (count > 0 && size + subvolume_bound(sv) > max_message_size))",
+        ["test_enumeration"]),
+    "dir-cache-keyed-on-the-directory-alone": (
+        "daemon/fs-btrfs.c",
+        "DirPath *slot = &t->dir_cache[(tree * 31 + dir) % DIR_CACHE_SLOTS];\n\n"
+        "        if (dir == BTRFS_FIRST_FREE_OBJECTID) {\n"
+        "                *ret = \"\";\n"
+        "                return 0;\n"
+        "        }\n"
+        "        if (!slot->path || slot->tree != tree || slot->dir != dir) {",
+        "DirPath *slot = &t->dir_cache[dir % DIR_CACHE_SLOTS];\n\n"
+        "        if (dir == BTRFS_FIRST_FREE_OBJECTID) {\n"
+        "                *ret = \"\";\n"
+        "                return 0;\n"
+        "        }\n"
+        "        if (!slot->path || slot->dir != dir) {",
+        ["test_enumeration"]),
 }
 
 

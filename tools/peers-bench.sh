@@ -159,7 +159,7 @@ inside snapper -c bench create-config -f btrfs /bench/files >>"$LOG" 2>&1
 for _ in $(seq "$SNAPS"); do inside snapper -c bench create -d bench; done >>"$LOG" 2>&1
 published=0
 for _ in $(seq 300); do
-	out=$(inside busbench snapshots "$addr" 1 "$fs" "$files" 2>>"$LOG" || true)
+	out=$(inside busbench snapshots "$addr" 1 "$files" 2>>"$LOG" || true)
 	published=$(field objects "$out")
 	[ "${published:-0}" = "$SNAPS" ] && break
 	sleep 0.2
@@ -167,9 +167,9 @@ done
 [ "$published" = "$SNAPS" ] || die "subvold lists ${published:-no} snapshots of /bench/files, not $SNAPS"
 scanned
 read -r snapper_ms snapper_n <<<"$(bb snapper "$addr" "$CALLS" bench)"
-read -r snaps_ms snaps_n <<<"$(bb snapshots "$addr" "$RUNS" "$fs" "$files")"
+read -r snaps_ms snaps_n <<<"$(bb snapshots "$addr" "$CALLS" "$files")"
 row "snapshots of one subvolume" "snapper ListSnapshots" "$snapper_ms" "$snapper_n (with \"current\")" \
-	"GetSubvolumes pages, SnapshotSource kept" "$snaps_ms" "$snaps_n snapshots"
+	"Subvolume.GetSnapshots" "$snaps_ms" "$snaps_n snapshots"
 
 log "timing, quotas on (enable, rescan)"
 btrfs quota enable "$FIXTURE"

@@ -2,7 +2,7 @@
 /* What a file manager does, with the GDBus client that gdbus-codegen
  * generates from dbus/org.subvold.Subvold1.xml: from an open file, find its
  * subvolume by fd, show its usage and whether it is a snapshot, and list the
- * snapshots taken of it.  Using the generated code also proves the XML
+ * snapshots taken of it (GetSnapshots).  Using the generated code also proves the XML
  * complete and accurate.
  *
  *   file-manager FILE   prints "key value" lines for the test to check */
@@ -21,7 +21,6 @@ int main(int argc, char *argv[]) {
         g_autoptr(GDBusObject) object = NULL;
         g_autofree char *path = NULL;
         SubvoldSubvolume *subvolume;
-        GList *all;
         int fd, index;
 
         if (argc != 2) {
@@ -67,13 +66,28 @@ int main(int argc, char *argv[]) {
         printf("exclusive %" G_GUINT64_FORMAT "\n", subvold_subvolume_get_exclusive_bytes(subvolume));
         printf("source %s\n", subvold_subvolume_get_usage_source(subvolume));
 
-        /* The snapshots taken of it: every subvolume whose source it is. */
-        all = g_dbus_object_manager_get_objects(objects);
-        for (GList *l = all; l; l = l->next) {
-                SubvoldSubvolume *s = subvold_object_peek_subvolume(SUBVOLD_OBJECT(l->data));
-                if (s && g_str_equal(subvold_subvolume_get_snapshot_source(s), path))
-                        printf("snapshot-of-it %s\n", g_dbus_object_get_object_path(l->data));
+        /* The snapshots taken of it, one a page: what paging through many
+         * looks like, and each entry carries its properties. */
+        for (guint64 start = 0;;) {
+                g_autoptr(GVariant) page = NULL;
+                GVariantIter iter;
+                const char *snapshot;
+                GVariant *props;
+
+                if (!subvold_subvolume_call_get_snapshots_sync(subvolume, start, 1, &page, &start, NULL, &error)) {
+                        fprintf(stderr, "GetSnapshots: %s\n", error->message);
+                        return 1;
+                }
+                g_variant_iter_init(&iter, page);
+                while (g_variant_iter_next(&iter, "{&o@a{sv}}", &snapshot, &props)) {
+                        g_autofree char *source = NULL;
+
+                        g_variant_lookup(props, "SnapshotSource", "o", &source);
+                        printf("snapshot-of-it %s %s\n", snapshot, source ? source : "-");
+                        g_variant_unref(props);
+                }
+                if (start == 0)
+                        break;
         }
-        g_list_free_full(all, g_object_unref);
         return 0;
 }

@@ -89,6 +89,7 @@ class AccessTest(TestCase):
             (FS_IFACE, "GetExclusiveBytes"): [f"['{self.vol}', '{self.snap}']"],
             (SUBVOLUME_IFACE, "GetStatfs"): [],
             (SUBVOLUME_IFACE, "GetWrittenSince"): [self.snap],
+            (SUBVOLUME_IFACE, "GetSnapshots"): ["uint64 0", "uint32 100"],
         }
         self.assertIn((iface, method), args, f"the test does not know how to call {iface}.{method}: teach it")
         p = self.bus.run("gdbus", "call", "--system", "--dest", BUS_NAME, "--object-path", self.objects()[iface],

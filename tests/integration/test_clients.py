@@ -292,8 +292,9 @@ class ClientsTest(DaemonTest):
         self.assertEqual(facts["path"], ["/vol"])
         self.assertEqual(facts["snapshot"], ["no"])
         self.assertEqual(int(facts["referenced"][0]), qgroup_show(self.mnt)[vol][0])
-        self.assertEqual(set(facts["snapshot-of-it"]),
-                         {f"{self.fs.object_path}/{i}" for i in self.ids("snap-ro", "snap-rw")})
+        path = f"{self.fs.object_path}/{vol}"
+        self.assertEqual(facts["snapshot-of-it"],
+                         [f"{self.fs.object_path}/{i} {path}" for i in sorted(self.ids("snap-ro", "snap-rw"))])
         out = self.bus.run(FILE_MANAGER, f"{self.mnt}/snap-ro/file", check=True).stdout.decode()
         self.assertIn("snapshot yes", out)
         self.assertNotIn("snapshot-of-it", out)

@@ -118,6 +118,51 @@ class EnumerationTest(TestCase):
         self.check_model(objects)
         self.assertEqual(objects, self.published())
 
+    def snapshots_page(self, subvolume, start, count):
+        """One GetSnapshots page, asked for as the bus's ordinary user:
+        ([(id, properties)], next id)."""
+        entries, next_id = self.bus.call(subvolume, SUBVOLUME_IFACE, "GetSnapshots", "tu", str(start), str(count))
+        return [(props["Id"]["data"], {k: v["data"] for k, v in props.items()})
+                for _, props in entries.items()], next_id
+
+    def test_snapshots_of_each_subvolume_match_btrfs_progs(self):
+        """GetSnapshots on every subvolume, paged one, three and 1,000 at a
+        time: exactly the subvolumes btrfs-progs gives its UUID as parent
+        UUID, in id order, each once; a snapshot's own snapshots are not
+        its source's."""
+        a = self.a.mounts[0]
+        snapshot(f"{a}/snaps/vol-rw", f"{a}/snaps/vol-rw-of-rw", readonly=True)
+        for i in range(4):
+            snapshot(f"{a}/vol", f"{a}/snaps/vol-{i}", readonly=True)
+        snapshot(a, f"{a}/snaps/top")
+        daemon = Daemon(self, self.bus)
+        listed = btrfs_subvolume_list(a)
+        top = btrfs_subvolume_show(a, 5)["UUID"]
+        listed[5] = dict(uuid="" if top == b"-" else top.decode(), parent_uuid="", path=b"")
+        checked = 0
+        for sid, truth in listed.items():
+            path = f"{self.a.object_path}/{sid}"
+            expected = sorted(i for i, s in listed.items() if truth["uuid"] and s["parent_uuid"] == truth["uuid"])
+            for count in (1, 3, 1000):
+                with self.subTest(subvolume=truth["path"], count=count):
+                    got, start = [], 0
+                    while True:
+                        page, start = self.snapshots_page(path, start, count)
+                        self.assertLessEqual(len(page), count)
+                        got += page
+                        if start == 0:
+                            break
+                        self.assertTrue(page, "an empty page before the last")
+                    self.assertEqual([i for i, _ in got], expected)
+                    for i, props in got:
+                        self.assertEqual(props["SnapshotSource"], path)
+                        self.assertEqual(bytestring(props["Path"]), b"/" + listed[i]["path"])
+            checked += len(expected) > 0
+        self.assertGreaterEqual(checked, 3, "vol, snaps/vol-rw and the top level have snapshots")
+        self.assertEqual(self.bus.error_name(f"{self.a.object_path}/5", SUBVOLUME_IFACE, "GetSnapshots",
+                                             "uint64 0", "uint32 0"), "org.subvold.Subvold1.Error.InvalidArgument")
+        daemon.stop()
+
     def check_filesystem(self, objects, fs):
         props = objects[fs.object_path][FS_IFACE]
         mp = fs.mounts[0]
