@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # container.sh - a Debian 12 machine booted with systemd-nspawn, for the
 # benchmarks that need a real systemd (dbus-broker, udisksd, snapperd).
-# Sourced by broker-bench.sh and peers-bench.sh, which set TMP and LOG and
-# define die() and log() first.
+# Sourced by broker-bench.sh and peers-bench.sh, which set REPO, TMP and
+# LOG and define die() and log() first.
 #
 # container_root DIR   copies the Debian root to DIR: debootstrap
 #                      --variant=minbase with CONTAINER_PACKAGES from the

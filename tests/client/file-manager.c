@@ -2,8 +2,8 @@
 /* What a file manager does, with the GDBus client that gdbus-codegen
  * generates from dbus/org.subvold.Subvold1.xml: from an open file, find its
  * subvolume by fd, show its usage and whether it is a snapshot, and list the
- * snapshots taken of it (GetSnapshots).  Using the generated code also proves the XML
- * complete and accurate.
+ * snapshots taken of it (GetSnapshots).  Using the generated code also
+ * proves the XML complete and accurate.
  *
  *   file-manager FILE   prints "key value" lines for the test to check */
 #include <fcntl.h>
