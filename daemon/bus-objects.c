@@ -122,7 +122,7 @@ static int property_fs_uuid(sd_bus *bus, const char *path, const char *interface
         const Filesystem *fs = userdata;
         char buf[UUID_STRING_MAX];
 
-        return sd_bus_message_append(reply, "s", uuid_format(fs->uuid, buf));
+        return sd_bus_message_append_basic(reply, 's', uuid_format(fs->uuid, buf));
 }
 
 static int property_fs_label(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -136,12 +136,12 @@ static int property_fs_label(sd_bus *bus, const char *path, const char *interfac
         s = display_escape(fs->label);
         if (!s)
                 return -ENOMEM;
-        return sd_bus_message_append(reply, "s", s);
+        return sd_bus_message_append_basic(reply, 's', s);
 }
 
 static int property_fs_type(sd_bus *bus, const char *path, const char *interface, const char *property,
                             sd_bus_message *reply, void *userdata, sd_bus_error *error) {
-        return sd_bus_message_append(reply, "s", "btrfs");
+        return sd_bus_message_append_basic(reply, 's', "btrfs");
 }
 
 static int property_fs_paths(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -166,7 +166,7 @@ static int property_fs_quota(sd_bus *bus, const char *path, const char *interfac
         const Filesystem *fs = userdata;
 
         if (streq(property, "QuotaMode"))
-                return sd_bus_message_append(reply, "s", quota_mode_to_string(fs->quota_mode));
+                return sd_bus_message_append_basic(reply, 's', quota_mode_to_string(fs->quota_mode));
         return sd_bus_message_append(reply, "b", fs->quota_consistent);
 }
 
@@ -204,7 +204,7 @@ static int property_sv_filesystem(sd_bus *bus, const char *path, const char *int
         const Subvolume *sv = userdata;
         char buf[BUS_OBJECT_PATH_MAX];
 
-        return sd_bus_message_append(reply, "o", bus_filesystem_path(sv->filesystem, buf));
+        return sd_bus_message_append_basic(reply, 'o', bus_filesystem_path(sv->filesystem, buf));
 }
 
 static int property_sv_path(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -221,7 +221,7 @@ static int property_sv_display_path(sd_bus *bus, const char *path, const char *i
 
         if (!s)
                 return -ENOMEM;
-        return sd_bus_message_append(reply, "s", s);
+        return sd_bus_message_append_basic(reply, 's', s);
 }
 
 static int property_sv_uuid(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -231,7 +231,7 @@ static int property_sv_uuid(sd_bus *bus, const char *path, const char *interface
                            streq(property, "ParentUuid") ? sv->parent_uuid : sv->received_uuid;
         char buf[UUID_STRING_MAX];
 
-        return sd_bus_message_append(reply, "s", uuid_format(u, buf));
+        return sd_bus_message_append_basic(reply, 's', uuid_format(u, buf));
 }
 
 static int property_sv_bool(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -239,7 +239,7 @@ static int property_sv_bool(sd_bus *bus, const char *path, const char *interface
         const Subvolume *sv = userdata;
         int b = streq(property, "ReadOnly") ? sv->read_only : !uuid_is_null(sv->parent_uuid);
 
-        return sd_bus_message_append(reply, "b", b);
+        return sd_bus_message_append_basic(reply, 'b', &b);
 }
 
 static int property_sv_snapshot_source(sd_bus *bus, const char *path, const char *interface,
@@ -248,24 +248,25 @@ static int property_sv_snapshot_source(sd_bus *bus, const char *path, const char
         const Subvolume *sv = userdata;
         char buf[BUS_OBJECT_PATH_MAX];
 
-        return sd_bus_message_append(reply, "o",
-                                     sv->snapshot_source ? bus_subvolume_path(sv->snapshot_source, buf) : "/");
+        return sd_bus_message_append_basic(reply, 'o',
+                                           sv->snapshot_source ? bus_subvolume_path(sv->snapshot_source, buf) : "/");
 }
 
 static int property_sv_access_paths(sd_bus *bus, const char *path, const char *interface, const char *property,
                                     sd_bus_message *reply, void *userdata, sd_bus_error *error) {
-        const Subvolume *sv = userdata;
+        _cleanup_strv_free_ char **paths = subvolume_access_paths(userdata);
 
-        return bus_append_bytestring_array(reply, sv->access_paths);
+        return paths ? bus_append_bytestring_array(reply, paths) : -ENOMEM;
 }
 
 static int property_sv_usage(sd_bus *bus, const char *path, const char *interface, const char *property,
                              sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         const Usage *u = &((const Subvolume *) userdata)->usage;
+        int consistent = u->consistent;
 
         if (streq(property, "UsageSource"))
-                return sd_bus_message_append(reply, "s", usage_source_to_string(u->source));
-        return sd_bus_message_append(reply, "b", u->consistent);
+                return sd_bus_message_append_basic(reply, 's', usage_source_to_string(u->source));
+        return sd_bus_message_append_basic(reply, 'b', &consistent);
 }
 
 static int method_get_statfs(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -389,7 +390,7 @@ static int append_properties(sd_bus_message *m, const char *path, const char *in
                         continue;
                 r = sd_bus_message_open_container(m, 'e', "sv");
                 if (r >= 0)
-                        r = sd_bus_message_append(m, "s", name);
+                        r = sd_bus_message_append_basic(m, 's', name);
                 if (r >= 0)
                         r = sd_bus_message_open_container(m, 'v', signature);
                 if (r >= 0)
@@ -413,7 +414,7 @@ static int append_interface(sd_bus_message *m, const char *path, const char *int
 
         r = sd_bus_message_open_container(m, 'e', "sa{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(m, "s", interface);
+                r = sd_bus_message_append_basic(m, 's', interface);
         if (r >= 0)
                 r = append_properties(m, path, interface, vtable, object);
         if (r >= 0)
@@ -428,7 +429,7 @@ static int append_object(sd_bus_message *m, const char *path, const char *interf
 
         r = sd_bus_message_open_container(m, 'e', "oa{sa{sv}}");
         if (r >= 0)
-                r = sd_bus_message_append(m, "o", path);
+                r = sd_bus_message_append_basic(m, 'o', path);
         if (r >= 0)
                 r = sd_bus_message_open_container(m, 'a', "{sa{sv}}");
         if (r >= 0)
@@ -483,6 +484,7 @@ static size_t string_bound(const char *s, size_t per_byte) {
         return per_byte * strlen(s) + 8;
 }
 
+
 static size_t strv_bound(char * const *l) {
         size_t n = 0;
 
@@ -497,7 +499,8 @@ static size_t subvolume_bound(const Subvolume *sv) {
         if (base == 0)
                 base = ENTRY_OVERHEAD + 4 + strlen(SUBVOLD_IFACE_SUBVOLUME) + 1 + properties_bound(subvolume_vtable);
         /* Path, Name, DisplayPath, AccessPaths */
-        return base + 2 * string_bound(sv->path, 1) + string_bound(sv->path, 4) + strv_bound(sv->access_paths);
+        return base + 2 * string_bound(sv->path, 1) + string_bound(sv->path, 4) +
+               subvolume_access_paths_bound(sv, 3 + 4 + 8);  /* as string_bound(), aligned */
 }
 
 static size_t filesystem_bound(const Filesystem *fs) {
@@ -599,7 +602,7 @@ static int reply_subvolume_page(sd_bus_message *message, Filesystem *fs, const S
                         continue;
                 r = sd_bus_message_open_container(reply, 'e', "oa{sv}");
                 if (r >= 0)
-                        r = sd_bus_message_append(reply, "o", bus_subvolume_path(sv, buf));
+                        r = sd_bus_message_append_basic(reply, 'o', bus_subvolume_path(sv, buf));
                 if (r >= 0)
                         r = append_properties(reply, buf, SUBVOLD_IFACE_SUBVOLUME, subvolume_vtable, sv);
                 if (r >= 0)
@@ -724,7 +727,20 @@ static bool usage_equal(const Usage *a, const Usage *b) {
                a->source == b->source && a->consistent == b->consistent;
 }
 
-static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
+/* @mounts_unchanged: filesystem_access_unchanged() of their filesystems,
+ * when the paths are the same; then so are the access paths. */
+static bool access_paths_equal(const Subvolume *a, const Subvolume *b, bool mounts_unchanged) {
+        _cleanup_strv_free_ char **x = NULL, **y = NULL;
+
+        if (mounts_unchanged)
+                return true;
+        x = subvolume_access_paths(a);
+        y = subvolume_access_paths(b);
+        /* Out of memory: say they changed, the cheap mistake. */
+        return x && y && strv_equal(x, y);
+}
+
+static bool subvolume_equal(const Subvolume *a, const Subvolume *b, bool mounts_unchanged) {
         return usage_equal(&a->usage, &b->usage) && a->written_bytes == b->written_bytes &&
                a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes &&
                a->logical_referenced_bytes == b->logical_referenced_bytes && a->parent_id == b->parent_id &&
@@ -733,7 +749,7 @@ static bool subvolume_equal(const Subvolume *a, const Subvolume *b) {
                a->generation == b->generation && a->change_generation == b->change_generation &&
                !a->snapshot_source == !b->snapshot_source &&
                (!a->snapshot_source || a->snapshot_source->id == b->snapshot_source->id) &&
-               strv_equal(a->access_paths, b->access_paths);
+               access_paths_equal(a, b, mounts_unchanged);
 }
 
 static bool filesystem_equal(const Filesystem *a, const Filesystem *b) {
@@ -752,7 +768,7 @@ static void emit_added(sd_bus *bus, const char *path, const char *interface, con
         r = sd_bus_message_new_signal(bus, &m, SUBVOLD_MANAGER_PATH, "org.freedesktop.DBus.ObjectManager",
                                       "InterfacesAdded");
         if (r >= 0)
-                r = sd_bus_message_append(m, "o", path);
+                r = sd_bus_message_append_basic(m, 'o', path);
         if (r >= 0)
                 r = sd_bus_message_open_container(m, 'a', "{sa{sv}}");
         if (r >= 0)
@@ -783,6 +799,7 @@ static void emit_changed(sd_bus *bus, const char *path, const char *interface) {
  * be NULL when the whole filesystem came or went. */
 static void emit_subvolume_changes(sd_bus *bus, const Filesystem *old, const Filesystem *new) {
         size_t i = 0, j = 0, n_old = old ? old->n_subvolumes : 0, n_new = new ? new->n_subvolumes : 0;
+        bool mounts_unchanged = old && new && filesystem_access_unchanged(old, new);
         char buf[BUS_OBJECT_PATH_MAX];
 
         /* Both arrays are sorted by id: walk them side by side. */
@@ -797,7 +814,7 @@ static void emit_subvolume_changes(sd_bus *bus, const Filesystem *old, const Fil
                         emit_added(bus, bus_subvolume_path(b, buf), SUBVOLD_IFACE_SUBVOLUME, subvolume_vtable, b);
                         j++;
                 } else {
-                        if (!subvolume_equal(a, b))
+                        if (!subvolume_equal(a, b, mounts_unchanged))
                                 emit_changed(bus, bus_subvolume_path(b, buf), SUBVOLD_IFACE_SUBVOLUME);
                         i++;
                         j++;

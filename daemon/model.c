@@ -37,9 +37,9 @@ Filesystem *filesystem_free(Filesystem *fs) {
                 return NULL;
         for (size_t i = 0; i < fs->n_subvolumes; i++) {
                 free(fs->subvolumes[i].path);
-                strv_free(fs->subvolumes[i].access_paths);
         }
         free(fs->subvolumes);
+        free(fs->mount_indexes);
         free(fs->path_index);
         free(fs->label);
         strv_free(fs->devices);
@@ -59,7 +59,6 @@ Subvolume *filesystem_add_subvolume(Filesystem *fs, Subvolume *sv) {
         *n = *sv;
         n->filesystem = fs;
         n->snapshot_source = NULL;
-        n->access_paths = NULL;
         n->written_bytes = n->snapshots_exclusive_bytes = n->logical_referenced_bytes = USAGE_UNKNOWN;
         sv->path = NULL;
         return n;
@@ -305,37 +304,72 @@ int filesystem_index(Filesystem *fs) {
         return filesystem_link_snapshots(fs);
 }
 
-/* Adds, for every subvolume inside the directory that mount @mi shows, the
- * path under the mount point, if nothing mounted later hides it. */
-static int model_add_access_paths(Model *m, size_t mi) {
-        const Mount *mount = &m->mounts.mounts[mi];
-        Filesystem *fs = m->mount_filesystem[mi];
+/* The path under @mount's mount point that shows @sv, if the mount shows a
+ * directory it is in (*ret NULL otherwise), whether or not anything
+ * mounted later hides it. */
+static int mount_path(const Mount *mount, const Subvolume *sv, char **ret) {
+        const char *rest = path_startswith(sv->path, mount->root);
 
-        for (size_t i = 0; i < fs->n_subvolumes; i++) {
-                Subvolume *sv = &fs->subvolumes[i];
-                const char *rest = path_startswith(sv->path, mount->root);
-                _cleanup_free_ char *p = NULL;
-                size_t n = strv_length(sv->access_paths);
-
-                if (!rest)
-                        continue;
-                p = *rest ? path_join(mount->point, rest) : strdup(mount->point);
-                if (!p)
-                        return -ENOMEM;
-                if (mount_table_resolve(&m->mounts, p, NULL) != mount)
-                        continue;
-                if (strv_consume(&sv->access_paths, &n, TAKE_PTR(p)) < 0)
-                        return -ENOMEM;
+        if (!rest) {
+                *ret = NULL;
+                return 0;
         }
-        return 0;
+        *ret = *rest ? path_join(mount->point, rest) : strdup(mount->point);
+        return *ret ? 0 : -ENOMEM;
+}
+
+char **subvolume_access_paths(const Subvolume *sv) {
+        const Filesystem *fs = sv->filesystem;
+        char **l = calloc(1, sizeof(char *));
+        size_t n = 0;
+
+        for (size_t i = 0; l && i < fs->n_mount_indexes; i++) {
+                const Mount *mount = &fs->mount_table->mounts[fs->mount_indexes[i]];
+                char *p;
+
+                if (mount_path(mount, sv, &p) < 0)
+                        return strv_free(l);
+                if (!p)
+                        continue;
+                if (mount_table_resolve(fs->mount_table, p, NULL) != mount) {
+                        free(p);  /* hidden by what is mounted on it or above */
+                        continue;
+                }
+                if (strv_consume(&l, &n, p) < 0)
+                        return strv_free(l);
+        }
+        strv_sort(l);
+        strv_uniq(l);
+        return l;
+}
+
+size_t subvolume_access_paths_bound(const Subvolume *sv, size_t per_path) {
+        const Filesystem *fs = sv->filesystem;
+        size_t n = 0;
+
+        for (size_t i = 0; i < fs->n_mount_indexes; i++) {
+                const Mount *mount = &fs->mount_table->mounts[fs->mount_indexes[i]];
+                const char *rest = path_startswith(sv->path, mount->root);
+
+                if (rest)
+                        n += per_path + strlen(mount->point) + 1 + strlen(rest) + 1;
+        }
+        return n;
+}
+
+bool filesystem_access_unchanged(const Filesystem *a, const Filesystem *b) {
+        if (!a->mount_table || !b->mount_table)
+                return !a->mount_table && !b->mount_table;
+        return a->n_mount_indexes == b->n_mount_indexes &&
+               memcmp(a->mount_indexes, b->mount_indexes, a->n_mount_indexes * sizeof(size_t)) == 0 &&
+               mount_table_equal(a->mount_table, b->mount_table);
 }
 
 int model_finish(Model *m) {
-        int r;
-
         for (size_t i = 0; i < m->mounts.n_mounts; i++) {
                 const Mount *mount = &m->mounts.mounts[i];
                 Filesystem *fs = m->mount_filesystem[i];
+                size_t *indexes;
 
                 if (!fs || !mount_table_is_reachable(&m->mounts, mount))
                         continue;
@@ -349,19 +383,16 @@ int model_finish(Model *m) {
                         if (strv_extend(&fs->mount_points, &n, mount->point) < 0)
                                 return -ENOMEM;
                 }
-                r = model_add_access_paths(m, i);
-                if (r < 0)
-                        return r;
+                indexes = reallocarray(fs->mount_indexes, fs->n_mount_indexes + 1, sizeof(size_t));
+                if (!indexes)
+                        return -ENOMEM;
+                fs->mount_indexes = indexes;
+                fs->mount_indexes[fs->n_mount_indexes++] = i;
+                fs->mount_table = &m->mounts;
         }
         for (size_t i = 0; i < m->n_filesystems; i++) {
-                Filesystem *fs = m->filesystems[i];
-
-                strv_sort(fs->mount_points);
-                strv_uniq(fs->mount_points);
-                for (size_t j = 0; j < fs->n_subvolumes; j++) {
-                        strv_sort(fs->subvolumes[j].access_paths);
-                        strv_uniq(fs->subvolumes[j].access_paths);
-                }
+                strv_sort(m->filesystems[i]->mount_points);
+                strv_uniq(m->filesystems[i]->mount_points);
         }
         return 0;
 }

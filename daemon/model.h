@@ -80,7 +80,6 @@ typedef struct Subvolume {
          * snapshot_source up): the same for every member of a family of
          * subvolumes linked by ParentUuid, in either direction. */
         const struct Subvolume *family_root;
-        char **access_paths;           /* sorted, NULL-terminated, may be empty */
         Usage usage;
         /* From the scanner's extent map (quotas off), USAGE_UNKNOWN
          * otherwise: bytes referenced and not by its newest snapshot,
@@ -111,6 +110,11 @@ struct Filesystem {
          * none (quotas on, not measured).  Valid while this model is the
          * current one. */
         struct ExtentMap *extent_map;
+        /* The mounts that show it (indexes into mount_table, in table
+         * order, reachable ones only): where subvolume_access_paths()
+         * looks.  Empty in a model read from the cache. */
+        const MountTable *mount_table;
+        size_t *mount_indexes, n_mount_indexes;
         Subvolume *subvolumes;         /* sorted by id */
         size_t n_subvolumes, allocated;
         uint32_t *path_index;          /* open addressing by path_hash: index + 1, 0 = empty */
@@ -139,6 +143,17 @@ static inline void filesystem_freep(Filesystem **fs) {
 /* Adds a subvolume, copying *sv and taking ownership of sv->path.  Returns
  * the new element (valid until the next add) or NULL on ENOMEM. */
 Subvolume *filesystem_add_subvolume(Filesystem *fs, Subvolume *sv);
+
+/* The paths under the mount points of @sv's filesystem that reach @sv,
+ * sorted and distinct (NULL-terminated; NULL: out of memory).  Worked out
+ * when asked, not kept: at 100,000 subvolumes keeping them cost 6 MiB. */
+char **subvolume_access_paths(const Subvolume *sv);
+/* At least the bytes of those paths with their NULs, plus @per_path for
+ * each, without working them out. */
+size_t subvolume_access_paths_bound(const Subvolume *sv, size_t per_path);
+/* Whether every subvolume has the same access paths in @a as at the same
+ * path in @b, as far as that can be told from the mounts alone. */
+bool filesystem_access_unchanged(const Filesystem *a, const Filesystem *b);
 
 /* Takes ownership of @fs.  Returns 0, -EEXIST or -ENOMEM (fs freed). */
 int model_add_filesystem(Model *m, Filesystem *fs);

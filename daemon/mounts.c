@@ -396,6 +396,19 @@ const Mount *mount_table_resolve(const MountTable *t, const char *path, const ch
         return cur;
 }
 
+bool mount_table_equal(const MountTable *a, const MountTable *b) {
+        if (a->n_mounts != b->n_mounts || a->root_index != b->root_index)
+                return false;
+        for (size_t i = 0; i < a->n_mounts; i++) {
+                const Mount *x = &a->mounts[i], *y = &b->mounts[i];
+
+                if (x->id != y->id || x->parent_id != y->parent_id || x->reachable != y->reachable ||
+                    !streq(x->point, y->point) || !streq(x->root, y->root))
+                        return false;
+        }
+        return true;
+}
+
 bool mount_table_is_reachable(const MountTable *t, const Mount *m) {
         return m->reachable;
 }

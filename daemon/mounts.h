@@ -73,6 +73,10 @@ void mount_table_done(MountTable *t);
  * mount's mount point ("" or "/..."). */
 const Mount *mount_table_resolve(const MountTable *t, const char *path, const char **ret_rest);
 
+/* Whether mount_table_resolve() answers the same in both, and the same
+ * mounts are reachable. */
+bool mount_table_equal(const MountTable *a, const MountTable *b);
+
 /* Whether @m can be reached through its own mount point (it is neither
  * stacked under another mount nor hidden by an over-mount above it).
  * Worked out once, when the table is read. */

@@ -98,9 +98,29 @@ MUTATIONS = {
         ["test_space"]),
     "size-bound-undercounts-display-path": (
         "daemon/bus-objects.c",
-        "string_bound(sv->path, 4) + strv_bound(sv->access_paths)",
-        "string_bound(sv->path, 1) + strv_bound(sv->access_paths)",
+        "string_bound(sv->path, 4) +",
+        "string_bound(sv->path, 1) +",
         ["test_scale"]),
+    "access-paths-unchanged-whatever-the-mounts": (
+        "daemon/bus-objects.c",
+        "bool mounts_unchanged = old && new && filesystem_access_unchanged(old, new);",
+        "bool mounts_unchanged = true;",
+        ["test_live"]),
+    "access-unchanged-ignores-the-mount-table": (
+        "daemon/model.c",
+        "               mount_table_equal(a->mount_table, b->mount_table);",
+        "               true;",
+        ["test-model"]),
+    "access-unchanged-ignores-a-mount-less": (
+        "daemon/model.c",
+        "return a->n_mount_indexes == b->n_mount_indexes &&",
+        "return true &&",
+        ["test-model"]),
+    "root-tree-skips-back-references": (
+        "daemon/fs-btrfs.c",
+        "} else if (h->type == BTRFS_ROOT_REF_KEY) {",
+        "} else if (h->type >= BTRFS_ROOT_BACKREF_KEY) {",
+        ["test_enumeration"]),
     "get-managed-objects-never-refuses": (
         "daemon/bus-objects.c",
         "        if (size > max_message_size)\n                return sd_bus_error_setf(error, SD_BUS_ERROR_LIMITS_EXCEEDED,",

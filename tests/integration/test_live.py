@@ -130,6 +130,12 @@ class LiveTest(TestCase):
         m = mon.mark()
         second = self.fs.mount(self.path("second"))
         mon.wait(f"{self.fs.object_path}:", "PropertiesChanged", "MountPoints", second, since=m)
+        # ... which every subvolume is reached through too, until it goes.
+        vol = self.object(f"{mnt}/vol")
+        mon.wait(f"{vol}:", "PropertiesChanged", f"'AccessPaths': <[b'{mnt}/vol', b'{second}/vol']>", since=m)
+        m = mon.mark()
+        self.fs.umount(second)
+        mon.wait(f"{vol}:", "PropertiesChanged", f"'AccessPaths': <[b'{mnt}/vol']>", since=m)
         other = Btrfs(self, "other")
         m = mon.mark()
         other.mount(self.path("other"))

@@ -86,17 +86,47 @@ static void test_lookups(void) {
         g_assert_null(filesystem_find_subvolume(fs, 256)->snapshot_source);
 }
 
+/* Subvolume @id's access paths, kept until the next call. */
+static char **access_paths(const Filesystem *fs, uint64_t id) {
+        static char **last;
+
+        strv_free(last);
+        last = subvolume_access_paths(filesystem_find_subvolume(fs, id));
+        g_assert_nonnull(last);
+        return last;
+}
+
 static void test_mount_points_and_access_paths(void) {
         _cleanup_(model_freep) Model *m = build();
         Filesystem *fs = model_find_filesystem(m, UUID_A);
+        const Subvolume *deep = filesystem_find_subvolume(fs, 258);
 
         assert_strv(fs->mount_points, "/mnt", "/srv/vol", NULL);  /* not the rebind */
-        assert_strv(filesystem_find_subvolume(fs, 5)->access_paths, "/mnt", NULL);
-        assert_strv(filesystem_find_subvolume(fs, 256)->access_paths, "/mnt/vol", "/srv/vol", NULL);
-        assert_strv(filesystem_find_subvolume(fs, 257)->access_paths, "/mnt/vol/nested", "/srv/vol/nested", NULL);
+        assert_strv(access_paths(fs, 5), "/mnt", NULL);
+        assert_strv(access_paths(fs, 256), "/mnt/vol", "/srv/vol", NULL);
+        assert_strv(access_paths(fs, 257), "/mnt/vol/nested", "/srv/vol/nested", NULL);
         /* /mnt/vol/dir is over-mounted by a tmpfs: only the other mount reaches it */
-        assert_strv(filesystem_find_subvolume(fs, 258)->access_paths, "/srv/vol/dir/deep", NULL);
-        assert_strv(filesystem_find_subvolume(fs, 260)->access_paths, "/mnt/snap", NULL);
+        assert_strv(access_paths(fs, 258), "/srv/vol/dir/deep", NULL);
+        assert_strv(access_paths(fs, 260), "/mnt/snap", NULL);
+        assert_strv(access_paths(fs, 261), "/mnt/orphan", NULL);
+        /* The bound counts the hidden path too: "/mnt/vol/dir/deep" and
+         * "/srv/vol/dir/deep" with their NULs. */
+        g_assert_cmpuint(subvolume_access_paths_bound(deep, 0), >=, 2 * sizeof("/srv/vol/dir/deep"));
+}
+
+/* The same mounts tell that nothing changed; another mount point on top of
+ * one of them, or one mount fewer, does not. */
+static void test_access_unchanged(void) {
+        _cleanup_(model_freep) Model *a = build(), *b = build(), *c = build();
+        Filesystem *fa = model_find_filesystem(a, UUID_A), *fb = model_find_filesystem(b, UUID_A);
+        Filesystem *fc = model_find_filesystem(c, UUID_A);
+
+        g_assert_true(filesystem_access_unchanged(fa, fb));
+        free(b->mounts.mounts[3].point);
+        b->mounts.mounts[3].point = strdup("/mnt/snap");
+        g_assert_false(filesystem_access_unchanged(fa, fb));
+        fc->n_mount_indexes--;
+        g_assert_false(filesystem_access_unchanged(fa, fc));
 }
 
 static void test_resolve(void) {
@@ -246,6 +276,7 @@ int main(int argc, char *argv[]) {
         g_test_init(&argc, &argv, NULL);
         g_test_add_func("/model/lookups", test_lookups);
         g_test_add_func("/model/mount-points-and-access-paths", test_mount_points_and_access_paths);
+        g_test_add_func("/model/access-unchanged", test_access_unchanged);
         g_test_add_func("/model/resolve", test_resolve);
         g_test_add_func("/model/resolve-unknown-filesystem", test_resolve_unknown_filesystem);
         g_test_add_func("/model/normalize", test_normalize);
