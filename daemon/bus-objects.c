@@ -484,7 +484,6 @@ static size_t string_bound(const char *s, size_t per_byte) {
         return per_byte * strlen(s) + 8;
 }
 
-
 static size_t strv_bound(char * const *l) {
         size_t n = 0;
 
@@ -719,14 +718,6 @@ static bool strv_equal(char * const *a, char * const *b) {
         return !(a && *a) && !(b && *b);
 }
 
-/* UsageUpdated is left out: it moves on every read, and would make every
- * subvolume signal after every commit (it emits no change signal). */
-static bool usage_equal(const Usage *a, const Usage *b) {
-        return a->referenced == b->referenced && a->exclusive == b->exclusive && a->inodes == b->inodes &&
-               a->referenced_limit == b->referenced_limit && a->exclusive_limit == b->exclusive_limit &&
-               a->source == b->source && a->consistent == b->consistent;
-}
-
 /* @mounts_unchanged: filesystem_access_unchanged() of their filesystems,
  * when the paths are the same; then so are the access paths. */
 static bool access_paths_equal(const Subvolume *a, const Subvolume *b, bool mounts_unchanged) {
@@ -819,6 +810,20 @@ static void emit_subvolume_changes(sd_bus *bus, const Filesystem *old, const Fil
                         i++;
                         j++;
                 }
+        }
+}
+
+void bus_objects_emit_figures(sd_bus *bus, const ModelFigures *before, const Model *model) {
+        char buf[BUS_OBJECT_PATH_MAX];
+
+        for (size_t i = 0; i < model->n_filesystems && i < before->n_filesystems; i++) {
+                const Filesystem *fs = model->filesystems[i];
+
+                if (before->filesystems[i].scan_progress != fs->scan_progress)
+                        emit_changed(bus, bus_filesystem_path(fs, buf), SUBVOLD_IFACE_FS);
+                for (size_t j = 0; j < fs->n_subvolumes; j++)
+                        if (!subvolume_figures_equal(&before->filesystems[i].subvolumes[j], &fs->subvolumes[j]))
+                                emit_changed(bus, bus_subvolume_path(&fs->subvolumes[j], buf), SUBVOLD_IFACE_SUBVOLUME);
         }
 }
 

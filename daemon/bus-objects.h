@@ -32,3 +32,6 @@ int bus_objects_register(sd_bus *bus, Model **model, BusSpace *space, size_t max
 /* Emits InterfacesAdded, InterfacesRemoved and PropertiesChanged for what
  * differs between @old and @new.  @new must already be the current model. */
 void bus_objects_emit_changes(sd_bus *bus, const Model *old, const Model *new);
+/* Emits PropertiesChanged for what moved in @model since @before was
+ * saved of it: the scanner's figures (see manager_refresh()). */
+void bus_objects_emit_figures(sd_bus *bus, const ModelFigures *before, const Model *model);

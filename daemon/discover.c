@@ -100,12 +100,12 @@ static bool failed_before(const Model *previous, uint64_t id) {
  * would be warned about once otherwise). */
 #define skip_mount(previous, mount, error, ...)                                                 \
         (log_errno_internal((error) == -ESTALE || failed_before(previous, (mount)->id) ?           \
-                            LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 1)
+                            LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 2)
 
 /* Adds the filesystem behind mount number @i to @model, or attaches the
  * mount to it when another mount already brought it in.  Returns 1 when
- * the filesystem's usage is pending (see discover_usage()) or it could not
- * be read. */
+ * the filesystem's usage is pending (see discover_usage()), 2 when it
+ * could not be read. */
 static int discover_mount(Model *model, size_t i, const Model *previous, uint64_t now_usec) {
         const Mount *mount = &model->mounts.mounts[i];
         _cleanup_close_ int fd = -1;
@@ -146,9 +146,10 @@ static int discover_mount(Model *model, size_t i, const Model *previous, uint64_
         return pending;
 }
 
-int discover_model(MountSource source, const Model *previous, uint64_t now_usec, Model **ret, bool *ret_pending) {
+int discover_model(MountSource source, const Model *previous, uint64_t now_usec, Model **ret, bool *ret_pending,
+                   bool *ret_failed) {
         _cleanup_(model_freep) Model *model = model_new();
-        bool pending = false;
+        bool pending = false, failed = false;
         MountTable mounts;
         int r;
 
@@ -171,11 +172,13 @@ int discover_model(MountSource source, const Model *previous, uint64_t now_usec,
                 if (r == -ENOMEM)
                         return r;
                 pending = pending || r > 0;
+                failed = failed || r == 2;
         }
         r = model_finish(model);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(model);
         *ret_pending = pending;
+        *ret_failed = failed;
         return 0;
 }

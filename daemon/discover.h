@@ -19,5 +19,7 @@
  * was read, and read from the kernel otherwise -- but at most once per
  * USAGE_READ_INTERVAL_USEC per filesystem.  *ret_pending is set when some
  * usage is knowingly stale (rate-limited, or its transaction is not
- * committed yet): call again later. */
-int discover_model(MountSource source, const Model *previous, uint64_t now_usec, Model **ret, bool *ret_pending);
+ * committed yet) or a filesystem could not be read: call again later.
+ * *ret_failed is set in the second case. */
+int discover_model(MountSource source, const Model *previous, uint64_t now_usec, Model **ret, bool *ret_pending,
+                   bool *ret_failed);

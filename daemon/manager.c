@@ -154,6 +154,30 @@ void manager_schedule_usage_refresh(Manager *m, uint64_t delay_usec) {
         schedule_refresh(m, delay_usec, 1);
 }
 
+/* A refresh for the scanner's new figures alone, on a host where they
+ * are all subvold's own and the last read left nothing to retry: the
+ * watch saw nothing move in the kernel since the model was read, so the
+ * model stays and only its figures change.  Reading it again cost 110 to
+ * 165 ms of CPU at 100,000 subvolumes, and the scanner publishes once or
+ * twice after each change.  Quota figures are the kernel's: with quotas
+ * on, the whole model is read again. */
+static int manager_refresh_figures(Manager *m) {
+        _cleanup_(model_figures_freep) ModelFigures *before = model_figures_save(m->model);
+        bool scanned;
+
+        if (!before)
+                return -ENOMEM;
+        scanned = scanner_update(m->scanner, m->model);
+        log_debug("Refresh at %" PRIu64 " us for new usage; %s.", m->last_refresh,
+                  refresh_due(m) ? "another is due" : "none due");
+        log_debug("Kept the model, new figures only.");
+        if (m->bus)
+                bus_objects_emit_figures(m->bus, before, m->model);
+        if (scanned)
+                manager_save_cache(m);
+        return 0;
+}
+
 int manager_refresh(Manager *m) {
         _cleanup_(model_freep) Model *old = NULL;
         Model *new = NULL;
@@ -167,7 +191,9 @@ int manager_refresh(Manager *m) {
         }
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_refresh);
         m->refresh_budget = MAX(m->refresh_budget, m->last_refresh) + REFRESH_INTERVAL_USEC;
-        r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending);
+        if (usage_only && !m->model_incomplete && m->scanner && m->model && model_is_scanned_only(m->model))
+                return manager_refresh_figures(m);
+        r = discover_model(m->mount_source, m->model, now_usec(), &new, &pending, &m->model_incomplete);
         if (r < 0) {
                 /* The mount table unreadable for now (listmount() out of
                  * memory, say): whatever asked for this refresh would be

@@ -45,6 +45,9 @@ typedef struct Manager {
          * moves it one interval on (CLOCK_MONOTONIC). */
         uint64_t refresh_budget;
         bool refresh_usage_only;         /* the armed refresh is for new usage alone */
+        /* A filesystem could not be read for the last model: only a read
+         * of the whole model brings it in. */
+        bool model_incomplete;
         uint64_t exit_idle_usec;         /* 0: never exit when idle */
         size_t max_message_size;         /* see bus_objects_register() */
         uint64_t last_activity;          /* CLOCK_MONOTONIC, of the last bus message */

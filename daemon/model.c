@@ -397,6 +397,61 @@ int model_finish(Model *m) {
         return 0;
 }
 
+ModelFigures *model_figures_save(const Model *m) {
+        _cleanup_(model_figures_freep) ModelFigures *f =
+                calloc(1, sizeof(ModelFigures) + m->n_filesystems * sizeof(f->filesystems[0]));
+
+        if (!f)
+                return NULL;
+        f->n_filesystems = m->n_filesystems;
+        for (size_t i = 0; i < m->n_filesystems; i++) {
+                const Filesystem *fs = m->filesystems[i];
+                SubvolumeFigures *svs = calloc(fs->n_subvolumes ?: 1, sizeof(SubvolumeFigures));
+
+                if (!svs)
+                        return NULL;
+                f->filesystems[i].scan_progress = fs->scan_progress;
+                f->filesystems[i].subvolumes = svs;
+                for (size_t j = 0; j < fs->n_subvolumes; j++) {
+                        const Subvolume *sv = &fs->subvolumes[j];
+
+                        svs[j] = (SubvolumeFigures) { sv->usage, sv->written_bytes, sv->snapshots_exclusive_bytes,
+                                                      sv->logical_referenced_bytes };
+                }
+        }
+        return TAKE_PTR(f);
+}
+
+ModelFigures *model_figures_free(ModelFigures *f) {
+        if (!f)
+                return NULL;
+        for (size_t i = 0; i < f->n_filesystems; i++)
+                free(f->filesystems[i].subvolumes);
+        free(f);
+        return NULL;
+}
+
+/* UsageUpdated is left out: it moves on every read, and would make every
+ * subvolume signal after every commit (it emits no change signal). */
+bool usage_equal(const Usage *a, const Usage *b) {
+        return a->referenced == b->referenced && a->exclusive == b->exclusive && a->inodes == b->inodes &&
+               a->referenced_limit == b->referenced_limit && a->exclusive_limit == b->exclusive_limit &&
+               a->source == b->source && a->consistent == b->consistent;
+}
+
+bool subvolume_figures_equal(const SubvolumeFigures *f, const Subvolume *sv) {
+        return usage_equal(&f->usage, &sv->usage) && f->written_bytes == sv->written_bytes &&
+               f->snapshots_exclusive_bytes == sv->snapshots_exclusive_bytes &&
+               f->logical_referenced_bytes == sv->logical_referenced_bytes;
+}
+
+bool model_is_scanned_only(const Model *m) {
+        for (size_t i = 0; i < m->n_filesystems; i++)
+                if (m->filesystems[i]->quota_mode != QUOTA_MODE_DISABLED)
+                        return false;
+        return true;
+}
+
 char *path_normalize(const char *path) {
         _cleanup_free_ char *out = NULL;
         size_t n = 0;

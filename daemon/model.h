@@ -190,6 +190,31 @@ typedef enum ResolveResult {
         RESOLVE_NOT_FOUND,   /* btrfs, but not in the model */
 } ResolveResult;
 
+/* The figures the scanner sets in a model (scanner_update()), saved
+ * before it runs on a model that stays, to tell afterwards what moved. */
+typedef struct SubvolumeFigures {
+        Usage usage;
+        uint64_t written_bytes, snapshots_exclusive_bytes, logical_referenced_bytes;
+} SubvolumeFigures;
+
+typedef struct ModelFigures {
+        size_t n_filesystems;
+        struct {
+                double scan_progress;
+                SubvolumeFigures *subvolumes;   /* in the filesystem's order */
+        } filesystems[];
+} ModelFigures;
+
+ModelFigures *model_figures_save(const Model *m);
+ModelFigures *model_figures_free(ModelFigures *f);
+static inline void model_figures_freep(ModelFigures **f) {
+        model_figures_free(*f);
+}
+bool subvolume_figures_equal(const SubvolumeFigures *f, const Subvolume *sv);
+bool usage_equal(const Usage *a, const Usage *b);
+/* Whether every filesystem's usage is measured by subvold (no quotas). */
+bool model_is_scanned_only(const Model *m);
+
 /* Resolves @path against the mount table and the subvolume paths only,
  * without touching the filesystem.  "." and ".." are resolved lexically. */
 ResolveResult model_resolve_path(const Model *m, const char *path, Subvolume **ret);

@@ -116,6 +116,16 @@ MUTATIONS = {
         "return a->n_mount_indexes == b->n_mount_indexes &&",
         "return true &&",
         ["test-model"]),
+    "figures-alone-signal-nothing": (
+        "daemon/bus-objects.c",
+        "                        if (!subvolume_figures_equal(&before->filesystems[i].subvolumes[j], &fs->subvolumes[j]))",
+        "                        if (false)",
+        ["test_live"]),
+    "figures-alone-signal-everything": (
+        "daemon/bus-objects.c",
+        "                        if (!subvolume_figures_equal(&before->filesystems[i].subvolumes[j], &fs->subvolumes[j]))",
+        "                        if (true)",
+        ["test_live"]),
     "root-tree-skips-back-references": (
         "daemon/fs-btrfs.c",
         "} else if (h->type == BTRFS_ROOT_REF_KEY) {",

@@ -208,6 +208,32 @@ class LiveTest(TestCase):
         self.assertGreaterEqual(len(gaps), 3, "the control: refreshes for the scans' figures alone")
         self.assertEqual([g for g in gaps if g < 1000000], [], f"µs between refreshes: {gaps}")
 
+    def test_new_figures_alone_keep_the_model(self):
+        """With quotas off, a refresh for the scanner's figures alone keeps
+        the model the kernel gave the last one: the subvolume whose figures
+        moved signals them, the one beside it nothing, and the figures are
+        btrfs-progs'."""
+        subvolume_create(f"{self.mnt}/other")
+        daemon = self.start("-v")
+        mon = Monitor(self, self.bus)
+        vol, other = self.object(f"{self.mnt}/vol"), self.object(f"{self.mnt}/other")
+        for size in (4096, 1 << 20):
+            # The first round settles "other", read at first in a
+            # transaction that may have been open, once a commit shows.
+            m, log_mark = mon.mark(), len(daemon.log())
+            with open(f"{self.mnt}/vol/data", "wb") as f:
+                f.write(os.urandom(size))
+            run("btrfs", "filesystem", "sync", self.mnt)
+            du = run("btrfs", "filesystem", "du", "-s", "--raw", f"{self.mnt}/vol").decode().splitlines()[1].split()
+            referenced = int(du[0])  # Total
+            mon.wait(f"{vol}:", "PropertiesChanged", f"'ReferencedBytes': <uint64 {referenced}>", since=m)
+            self.wait_quiet(daemon)
+            wait_for(lambda: self.bus.get(other, SUBVOLUME_IFACE, "UsageConsistent"), "other to be read again")
+        self.assertGreaterEqual(referenced, 1 << 20)
+        self.assertEqual(self.bus.get(vol, SUBVOLUME_IFACE, "ReferencedBytes"), referenced)
+        self.assertIn("Kept the model, new figures only.", daemon.log()[log_mark:])
+        self.assertEqual(mon.matching(f"{other}:", "PropertiesChanged", since=m), [])
+
     def test_at_rest_only_sysfs_is_read(self):
         """The generation timer reads /sys/fs/btrfs/<fsid>/generation; it
         reads the root tree through a mount only while the transaction of
