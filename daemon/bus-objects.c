@@ -732,9 +732,9 @@ static bool access_paths_equal(const Subvolume *a, const Subvolume *b, bool moun
 }
 
 static bool subvolume_equal(const Subvolume *a, const Subvolume *b, bool mounts_unchanged) {
-        return usage_equal(&a->usage, &b->usage) && a->written_bytes == b->written_bytes &&
-               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes &&
-               a->logical_referenced_bytes == b->logical_referenced_bytes && a->parent_id == b->parent_id &&
+        SubvolumeFigures figures = subvolume_figures(a);
+
+        return subvolume_figures_equal(&figures, b) && a->parent_id == b->parent_id &&
                streq(a->path, b->path) &&
                memcmp(a->received_uuid, b->received_uuid, 16) == 0 && a->read_only == b->read_only &&
                a->generation == b->generation && a->change_generation == b->change_generation &&

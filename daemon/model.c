@@ -35,9 +35,8 @@ Filesystem *filesystem_new(const uint8_t uuid[16]) {
 Filesystem *filesystem_free(Filesystem *fs) {
         if (!fs)
                 return NULL;
-        for (size_t i = 0; i < fs->n_subvolumes; i++) {
+        for (size_t i = 0; i < fs->n_subvolumes; i++)
                 free(fs->subvolumes[i].path);
-        }
         free(fs->subvolumes);
         free(fs->mount_indexes);
         free(fs->path_index);
@@ -412,12 +411,8 @@ ModelFigures *model_figures_save(const Model *m) {
                         return NULL;
                 f->filesystems[i].scan_progress = fs->scan_progress;
                 f->filesystems[i].subvolumes = svs;
-                for (size_t j = 0; j < fs->n_subvolumes; j++) {
-                        const Subvolume *sv = &fs->subvolumes[j];
-
-                        svs[j] = (SubvolumeFigures) { sv->usage, sv->written_bytes, sv->snapshots_exclusive_bytes,
-                                                      sv->logical_referenced_bytes };
-                }
+                for (size_t j = 0; j < fs->n_subvolumes; j++)
+                        svs[j] = subvolume_figures(&fs->subvolumes[j]);
         }
         return TAKE_PTR(f);
 }
@@ -431,9 +426,14 @@ ModelFigures *model_figures_free(ModelFigures *f) {
         return NULL;
 }
 
+SubvolumeFigures subvolume_figures(const Subvolume *sv) {
+        return (SubvolumeFigures) { sv->usage, sv->written_bytes, sv->snapshots_exclusive_bytes,
+                                    sv->logical_referenced_bytes };
+}
+
 /* UsageUpdated is left out: it moves on every read, and would make every
  * subvolume signal after every commit (it emits no change signal). */
-bool usage_equal(const Usage *a, const Usage *b) {
+static bool usage_equal(const Usage *a, const Usage *b) {
         return a->referenced == b->referenced && a->exclusive == b->exclusive && a->inodes == b->inodes &&
                a->referenced_limit == b->referenced_limit && a->exclusive_limit == b->exclusive_limit &&
                a->source == b->source && a->consistent == b->consistent;

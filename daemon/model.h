@@ -210,8 +210,9 @@ ModelFigures *model_figures_free(ModelFigures *f);
 static inline void model_figures_freep(ModelFigures **f) {
         model_figures_free(*f);
 }
+SubvolumeFigures subvolume_figures(const Subvolume *sv);
+/* Whether @sv's figures are @f: what the bus signals when they differ. */
 bool subvolume_figures_equal(const SubvolumeFigures *f, const Subvolume *sv);
-bool usage_equal(const Usage *a, const Usage *b);
 /* Whether every filesystem's usage is measured by subvold (no quotas). */
 bool model_is_scanned_only(const Model *m);
 

@@ -92,8 +92,8 @@ MUTATIONS = {
         "if (n == GET_EXCLUSIVE_BYTES_MAX + 1)",
         ["test_space"]),
     "snapshot-figures-emit-no-signal": (
-        "daemon/bus-objects.c",
-        "a->written_bytes == b->written_bytes &&\n               a->snapshots_exclusive_bytes == b->snapshots_exclusive_bytes &&\n               ",
+        "daemon/model.c",
+        "f->written_bytes == sv->written_bytes &&\n               f->snapshots_exclusive_bytes == sv->snapshots_exclusive_bytes &&\n               ",
         "",
         ["test_space"]),
     "size-bound-undercounts-display-path": (
