@@ -91,6 +91,10 @@ static bool failed_before(const Model *previous, uint64_t id) {
         return false;
 }
 
+/* What discover_mount() says beside 0: read again later, for usage or
+ * for the whole filesystem. */
+enum { DISCOVER_PENDING = 1, DISCOVER_FAILED = 2 };
+
 /* A mounted btrfs that cannot be read now (an I/O error, the kernel out of
  * memory, the mount going away) is left out and tried again with the next
  * refresh, a second later: nothing else would bring it back, as no change
@@ -100,12 +104,12 @@ static bool failed_before(const Model *previous, uint64_t id) {
  * would be warned about once otherwise). */
 #define skip_mount(previous, mount, error, ...)                                                 \
         (log_errno_internal((error) == -ESTALE || failed_before(previous, (mount)->id) ?           \
-                            LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 2)
+                            LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), DISCOVER_FAILED)
 
 /* Adds the filesystem behind mount number @i to @model, or attaches the
- * mount to it when another mount already brought it in.  Returns 1 when
- * the filesystem's usage is pending (see discover_usage()), 2 when it
- * could not be read. */
+ * mount to it when another mount already brought it in.  Returns
+ * DISCOVER_PENDING when the filesystem's usage is pending (see
+ * discover_usage()), DISCOVER_FAILED when it could not be read. */
 static int discover_mount(Model *model, size_t i, const Model *previous, uint64_t now_usec) {
         const Mount *mount = &model->mounts.mounts[i];
         _cleanup_close_ int fd = -1;
@@ -143,7 +147,7 @@ static int discover_mount(Model *model, size_t i, const Model *previous, uint64_
         if (r < 0)
                 return r;
         model_attach_mount(model, i, fs);
-        return pending;
+        return pending ? DISCOVER_PENDING : 0;
 }
 
 int discover_model(MountSource source, const Model *previous, uint64_t now_usec, Model **ret, bool *ret_pending,
@@ -172,7 +176,7 @@ int discover_model(MountSource source, const Model *previous, uint64_t now_usec,
                 if (r == -ENOMEM)
                         return r;
                 pending = pending || r > 0;
-                failed = failed || r == 2;
+                failed = failed || r == DISCOVER_FAILED;
         }
         r = model_finish(model);
         if (r < 0)

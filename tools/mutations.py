@@ -450,7 +450,7 @@ MUTATIONS = {
         ["test_faults"]),
     "unreadable-filesystem-not-retried": (
         "daemon/discover.c",
-        "LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 1)",
+        "LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), DISCOVER_FAILED)",
         "LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, (error), __VA_ARGS__), 0)",
         ["test_faults"]),
     "unreadable-filesystem-warned-every-second": (
